@@ -1,0 +1,673 @@
+//! The allocator: nodes, zonelists, watermarks and the public page API.
+//!
+//! Top layer of the core. `ZoneAllocator` owns every zone, builds each node's zonelist
+//! (local zones highest first, then the other nodes'), sets the watermarks and lowmem
+//! reserves as Linux does, and implements `alloc_pages`, `free_pages`, `get_page`,
+//! `put_page` and `split_page` on top of the buddy layer. It takes each zone's lock
+//! for the duration of one buddy operation; no lock is held across zones.
+//!
+//! # Allocation
+//!
+//! A fast pass walks the zonelist with the low watermark; a slow pass retries with
+//! the min watermark and the reserves the request is entitled to (`__GFP_HIGH`,
+//! non-blocking, `MEMALLOC`); then the highatomic reserves are released and a last
+//! pass runs. There is no reclaim or compaction: when the last pass fails the request
+//! fails with `AllocError::NoMemory`.
+//!
+//! # Freeing and references
+//!
+//! An allocated block's head carries a reference count (1 after allocation).
+//! `get_page` adds one, `put_page` and `free_pages` drop one, and the block is freed
+//! when the count reaches zero. Each of these checks the frame's state and changes the
+//! count in one compare-and-swap, so a bad call is refused with nothing changed and two
+//! racing frees of one block can never both succeed.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::ptr::NonNull;
+
+use crate::backend::{AbstractFrames, Backend};
+use crate::buddy::RmqueueMode;
+use crate::config::{Config, ConfigError};
+use crate::error::{AllocError, FreeError};
+use crate::frame::{
+    FrameState, Word, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP,
+};
+use crate::gfp::{AllocFlags, Gfp};
+use crate::sync::Ordering;
+use crate::types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES};
+use crate::zone::{Zone, ZoneEvents, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO};
+
+/// A zoned buddy page allocator over the frames described by a `Config`.
+pub struct ZoneAllocator<B: Backend = AbstractFrames> {
+    pub(crate) config: Config,
+    /// Every zone of every node, node by node, lowest zone type first.
+    pub(crate) zones: Box<[Zone]>,
+    /// Populated zones as `(start_pfn, end_pfn, zone index)`, sorted by start.
+    lookup: Box<[(u64, u64, usize)]>,
+    /// Per node: zone indices in fallback order.
+    zonelists: Box<[Box<[usize]>]>,
+    /// Per node: the zone index of each zone type present.
+    node_zones: Box<[[Option<usize>; MAX_NR_ZONES]]>,
+    min_free_kbytes: u64,
+    pub(crate) backend: B,
+}
+
+impl ZoneAllocator<AbstractFrames> {
+    /// An allocator over abstract frames (no memory behind them).
+    ///
+    /// # Errors
+    /// The configuration's first problem (see `Config::validate`).
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{Config, Gfp, Order, ZoneAllocator};
+    /// let za = ZoneAllocator::new(Config::with_bytes(64 << 20)).unwrap();
+    /// let pfn = za.alloc_pages(Gfp::KERNEL, Order(3)).unwrap();
+    /// za.free_pages(pfn, Order(3)).unwrap();
+    /// assert_eq!(za.nr_free_pages(), za.managed_pages());
+    /// ```
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        Self::with_backend(config, AbstractFrames)
+    }
+}
+
+#[cfg(feature = "std")]
+impl ZoneAllocator<crate::arena::Arena> {
+    /// An allocator over a freshly mapped arena: every frame has a writable page.
+    ///
+    /// # Errors
+    /// The configuration's first problem, or `ConfigError::Backend` if the mapping
+    /// fails.
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{ArenaOptions, Config, Gfp, Order, ZoneAllocator};
+    /// let za = ZoneAllocator::with_arena(Config::with_bytes(16 << 20), ArenaOptions::default()).unwrap();
+    /// let mut block = za.alloc_block(Gfp::KERNEL | Gfp::ZERO, Order(1)).unwrap();
+    /// let bytes = block.bytes_mut().unwrap();
+    /// assert!(bytes.iter().all(|&b| b == 0));
+    /// bytes[0] = 42;
+    /// ```
+    pub fn with_arena(
+        config: Config,
+        opts: crate::arena::ArenaOptions,
+    ) -> Result<Self, ConfigError> {
+        let arena = crate::arena::Arena::new(&config, opts)?;
+        Self::with_backend(config, arena)
+    }
+}
+
+impl<B: Backend> ZoneAllocator<B> {
+    /// An allocator over `backend`.
+    ///
+    /// # Errors
+    /// The configuration's first problem (see `Config::validate`).
+    pub fn with_backend(config: Config, backend: B) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let mut zones = Vec::new();
+        let mut node_zones = Vec::new();
+        for (nid, node) in config.nodes.iter().enumerate() {
+            let mut nz = [None; MAX_NR_ZONES];
+            for zc in &node.zones {
+                let id = ZoneId {
+                    node: nid as u16,
+                    zone_type: zc.zone_type,
+                };
+                nz[zc.zone_type.idx()] = Some(zones.len());
+                zones.push(Zone::new(
+                    id,
+                    zones.len(),
+                    zc,
+                    config.max_order,
+                    config.pageblock_order,
+                    config.mobility_grouping,
+                ));
+            }
+            node_zones.push(nz);
+        }
+        let mut lookup: Vec<(u64, u64, usize)> = zones
+            .iter()
+            .filter(|z| z.spanned > 0)
+            .map(|z| (z.start_pfn, z.end_pfn(), z.index))
+            .collect();
+        lookup.sort_unstable();
+        let nr_nodes = config.nodes.len();
+        let zonelists = (0..nr_nodes)
+            .map(|nid| {
+                let mut order: Vec<usize> = (0..nr_nodes).collect();
+                order.sort_by_key(|&n| (n as isize - nid as isize).unsigned_abs());
+                order
+                    .into_iter()
+                    .flat_map(|n| {
+                        let nz = node_zones[n];
+                        ZoneType::ALL.iter().rev().filter_map(move |t| nz[t.idx()])
+                    })
+                    .filter(|&zi| zones[zi].present > 0)
+                    .collect::<Vec<_>>()
+                    .into_boxed_slice()
+            })
+            .collect();
+        let mut za = ZoneAllocator {
+            min_free_kbytes: 0,
+            config,
+            zones: zones.into_boxed_slice(),
+            lookup: lookup.into_boxed_slice(),
+            zonelists,
+            node_zones: node_zones.into_boxed_slice(),
+            backend,
+        };
+        za.setup_watermarks(za.config.min_free_kbytes);
+        Ok(za)
+    }
+
+    /// The configuration the allocator was built with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The memory backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// `min_free_kbytes` in force.
+    pub fn min_free_kbytes(&self) -> u64 {
+        self.min_free_kbytes
+    }
+
+    // -------------------------------------------------------------------------
+    // Set-up: watermarks and lowmem reserves
+    // -------------------------------------------------------------------------
+
+    /// Sets `min_free_kbytes` (`None`: Linux's default from the zone sizes) and
+    /// recomputes every zone's watermarks and lowmem reserves
+    /// (`__setup_per_zone_wmarks`, `setup_per_zone_lowmem_reserve`).
+    pub fn setup_watermarks(&mut self, min_free_kbytes: Option<u64>) {
+        let kib_per_page = self.config.page_size() / 1024;
+        let lowmem_pages: u64 = self
+            .zones
+            .iter()
+            .filter(|z| !matches!(z.zone_type(), ZoneType::HighMem | ZoneType::Movable))
+            .map(|z| z.managed)
+            .sum();
+        let mfk = min_free_kbytes.unwrap_or_else(|| {
+            let lowmem_kbytes = lowmem_pages * kib_per_page;
+            isqrt(lowmem_kbytes * 16).clamp(128, 262_144)
+        });
+        self.min_free_kbytes = mfk;
+        let pages_min = mfk * 1024 / self.config.page_size();
+        for z in self.zones.iter() {
+            let tmp = if lowmem_pages == 0 {
+                0
+            } else {
+                pages_min * z.managed / lowmem_pages
+            };
+            let min = if matches!(z.zone_type(), ZoneType::HighMem | ZoneType::Movable) {
+                (z.managed / 1024).clamp(32, 128)
+            } else {
+                tmp
+            };
+            let gap = (tmp >> 2).max(z.managed * self.config.watermark_scale_factor / 10_000);
+            let marks = [min, min + gap, min + 2 * gap, min + 3 * gap];
+            for (i, m) in marks.into_iter().enumerate() {
+                z.watermark[i].store(m, Ordering::Relaxed);
+            }
+        }
+        for nz in self.node_zones.iter() {
+            for i in 0..MAX_NR_ZONES {
+                let Some(zi) = nz[i] else { continue };
+                let z = &self.zones[zi];
+                let ratio = self.config.lowmem_reserve_ratio[i];
+                let mut sum = 0;
+                for j in 0..MAX_NR_ZONES {
+                    let v = if j <= i {
+                        0
+                    } else {
+                        sum += nz[j].map_or(0, |k| self.zones[k].managed);
+                        if ratio == 0 || z.managed == 0 {
+                            0
+                        } else {
+                            sum / ratio
+                        }
+                    };
+                    z.lowmem_reserve[j].store(v, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    // -------------------------------------------------------------------------
+    // Lookup
+    // -------------------------------------------------------------------------
+
+    /// The zone whose span holds `pfn`.
+    #[inline]
+    pub(crate) fn zone_of(&self, pfn: Pfn) -> Option<&Zone> {
+        let l = &self.lookup;
+        let i = if l.len() <= 4 {
+            l.iter().position(|&(s, e, _)| pfn.0 >= s && pfn.0 < e)?
+        } else {
+            let i = l.partition_point(|&(s, _, _)| s <= pfn.0).checked_sub(1)?;
+            if pfn.0 >= l[i].1 {
+                return None;
+            }
+            i
+        };
+        Some(&self.zones[l[i].2])
+    }
+
+    /// The zone holding `pfn`, if any.
+    pub fn zone_id_of(&self, pfn: Pfn) -> Option<ZoneId> {
+        self.zone_of(pfn).map(|z| z.id)
+    }
+
+    /// The state of frame `pfn`, or `None` if it is in no zone.
+    pub fn frame_state(&self, pfn: Pfn) -> Option<FrameState> {
+        let z = self.zone_of(pfn)?;
+        Some(z.frames.word(z.idx(pfn)).into())
+    }
+
+    /// The address of frame `pfn`'s page, if the backend gives frames addresses.
+    pub fn page_address(&self, pfn: Pfn) -> Option<NonNull<u8>> {
+        self.zone_of(pfn)?;
+        self.backend.page_address(pfn)
+    }
+
+    /// Frames managed by the allocator (present frames of every zone).
+    pub fn managed_pages(&self) -> u64 {
+        self.zones.iter().map(|z| z.managed).sum()
+    }
+
+    /// Free frames on the buddy lists (isolated ones excluded), all zones.
+    pub fn nr_free_pages(&self) -> u64 {
+        self.zones.iter().map(|z| z.nr_free_pages()).sum()
+    }
+
+    // -------------------------------------------------------------------------
+    // Allocation
+    // -------------------------------------------------------------------------
+
+    /// Allocates a block of `2^order` frames, naturally aligned, with one reference.
+    ///
+    /// # Errors
+    /// `InvalidOrder` above `max_order`; `NoMemory` if no eligible zone can serve it.
+    #[inline]
+    pub fn alloc_pages(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
+        self.alloc_pages_node(0, gfp, order)
+    }
+
+    /// `alloc_pages_node()`: as `alloc_pages`, starting from node `nid`'s zonelist.
+    ///
+    /// # Errors
+    /// As `alloc_pages`, and `InvalidNode` for a node that does not exist.
+    pub fn alloc_pages_node(&self, nid: u16, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
+        if order > self.config.max_order {
+            return Err(AllocError::InvalidOrder(order));
+        }
+        let zl = self
+            .zonelists
+            .get(nid as usize)
+            .ok_or(AllocError::InvalidNode(nid))?;
+        let highest = gfp.highest_zone();
+        let first = zl
+            .iter()
+            .copied()
+            .find(|&zi| self.zones[zi].zone_type() <= highest)
+            .ok_or(AllocError::NoEligibleZone)?;
+        let req = Request {
+            nid,
+            gfp,
+            order,
+            highest,
+            mt: gfp.migratetype(),
+            first,
+        };
+        let mut fast = AllocFlags::fast(gfp, order.0);
+        if self.nofragment(&req) {
+            fast.0 |= AllocFlags::NOFRAGMENT;
+        }
+        if let Some(p) = self.get_page_from_freelist(&req, fast) {
+            return Ok(p);
+        }
+        // Slow path: min watermark and whatever reserves the request may use.
+        let slow = AllocFlags::slow(gfp, order.0);
+        if let Some(p) = self.get_page_from_freelist(&req, slow) {
+            return Ok(p);
+        }
+        if gfp.contains(Gfp::NORETRY) {
+            return Err(AllocError::NoMemory { order });
+        }
+        // Without reclaim, what is left is memory parked in reserves.
+        for force in [false, true] {
+            if self.unreserve_highatomic(&req, force) {
+                if let Some(p) = self.get_page_from_freelist(&req, slow) {
+                    return Ok(p);
+                }
+            }
+        }
+        Err(AllocError::NoMemory { order })
+    }
+
+    /// `alloc_flags_nofragment()`: a Normal-zone request on a node that also has a
+    /// DMA32 zone should rather spill into DMA32 than fragment Normal.
+    fn nofragment(&self, req: &Request) -> bool {
+        let z = &self.zones[req.first];
+        z.zone_type() == ZoneType::Normal
+            && self.node_zones[z.id.node as usize][ZoneType::Dma32.idx()]
+                .is_some_and(|zi| self.zones[zi].present > 0)
+    }
+
+    /// `get_page_from_freelist()`: one pass over the zonelist.
+    fn get_page_from_freelist(&self, req: &Request, flags: AllocFlags) -> Option<Pfn> {
+        let zl = &self.zonelists[req.nid as usize];
+        for &zi in zl.iter() {
+            let z = &self.zones[zi];
+            if z.zone_type() > req.highest
+                || (req.gfp.contains(Gfp::THISZONE) && zi != req.first)
+                || (req.gfp.contains(Gfp::THISNODE) && z.id.node != req.nid)
+            {
+                continue;
+            }
+            let mark = z.wmark(flags.wmark());
+            if !flags.has(AllocFlags::NO_WATERMARKS)
+                && !z.watermark_fast(req.order, mark, req.highest, flags)
+            {
+                ZoneEvents::inc(&z.events.wmark_fail, 1);
+                continue;
+            }
+            if let Some(p) = self.rmqueue(z, req, flags) {
+                return Some(p);
+            }
+        }
+        if flags.has(AllocFlags::NOFRAGMENT) {
+            return self.get_page_from_freelist(req, AllocFlags(flags.0 & !AllocFlags::NOFRAGMENT));
+        }
+        None
+    }
+
+    /// `rmqueue_buddy()` and `prep_new_page()`.
+    fn rmqueue(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
+        let order = req.order;
+        let mt = if z.mobility_disabled {
+            Migratetype::Unmovable
+        } else {
+            req.mt
+        };
+        let pfn = {
+            let mut zl = z.lock();
+            let mut page = None;
+            if flags.has(AllocFlags::HIGHATOMIC) {
+                page = zl.rmqueue_smallest(order, Migratetype::HighAtomic);
+            }
+            if page.is_none() {
+                let mut mode = RmqueueMode::Normal;
+                page = zl.rmqueue(order, mt, flags, &mut mode);
+                if page.is_none() && flags.has(AllocFlags::OOM | AllocFlags::NON_BLOCK) {
+                    page = zl.rmqueue_smallest(order, Migratetype::HighAtomic);
+                }
+            }
+            let pfn = page?;
+            if flags.has(AllocFlags::HIGHATOMIC) && order.0 > 0 {
+                zl.reserve_highatomic(pfn, order);
+            }
+            pfn
+        };
+        ZoneEvents::inc(&z.events.pgalloc, order.nr_pages());
+        self.prep_new_page(z, pfn, order, req.gfp, req.mt);
+        Some(pfn)
+    }
+
+    /// `prep_new_page()`: zero if asked, then publish the allocated state.
+    #[inline]
+    fn prep_new_page(&self, z: &Zone, pfn: Pfn, order: Order, gfp: Gfp, mt: Migratetype) {
+        if gfp.contains(Gfp::ZERO) {
+            self.backend.zero_pages(pfn, order.nr_pages());
+        }
+        z.frames.set_word(z.idx(pfn), Word::alloc(order, mt));
+    }
+
+    /// Releases one highatomic pageblock in the request's zones.
+    fn unreserve_highatomic(&self, req: &Request, force: bool) -> bool {
+        let mt = req.mt;
+        self.zonelists[req.nid as usize]
+            .iter()
+            .map(|&zi| &self.zones[zi])
+            .filter(|z| z.zone_type() <= req.highest)
+            .any(|z| z.lock().unreserve_highatomic(mt, force))
+    }
+
+    // -------------------------------------------------------------------------
+    // Freeing and references
+    // -------------------------------------------------------------------------
+
+    /// Drops one reference on the block of `2^order` frames at `pfn`; frees it when
+    /// that was the last reference (`__free_pages`).
+    ///
+    /// # Errors
+    /// A `FreeError` if `pfn` is not the head of an allocated block of exactly this
+    /// order; nothing is changed then.
+    #[inline]
+    pub fn free_pages(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        if order > self.config.max_order {
+            return Err(FreeError::InvalidOrder(order));
+        }
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        if !pfn.is_aligned(order) {
+            return Err(FreeError::Misaligned { pfn, order });
+        }
+        self.put_locked_free(z, pfn, Some(order)).map(|_| ())
+    }
+
+    /// Drops one reference on the block whose head is `pfn`, freeing it at zero.
+    /// Returns whether the block was freed.
+    ///
+    /// # Errors
+    /// A `FreeError` if `pfn` is not the head of an allocated block.
+    pub fn put_page(&self, pfn: Pfn) -> Result<bool, FreeError> {
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        self.put_locked_free(z, pfn, None)
+    }
+
+    /// Drops a reference with one CAS; the winner of the last reference frees.
+    #[inline]
+    fn put_locked_free(&self, z: &Zone, pfn: Pfn, order: Option<Order>) -> Result<bool, FreeError> {
+        let idx = z.idx(pfn);
+        let mut w = z.frames.word(idx);
+        loop {
+            if w.tag() != TAG_ALLOC {
+                return Err(self.classify(z, pfn, w));
+            }
+            let actual = w.order();
+            if let Some(given) = order {
+                if given != actual {
+                    return Err(FreeError::WrongOrder { pfn, given, actual });
+                }
+            }
+            let last = w.refcount() <= 1;
+            let new = if last {
+                Word::frozen(actual)
+            } else {
+                w.with_refcount(w.refcount() - 1)
+            };
+            match z.frames.cas_word(idx, w, new) {
+                Ok(_) => {
+                    if last {
+                        self.free_frozen(z, pfn, actual);
+                    }
+                    return Ok(last);
+                }
+                Err(cur) => w = cur,
+            }
+        }
+    }
+
+    /// Frees a block the caller froze: on the buddy lists under the zone lock.
+    pub(crate) fn free_frozen(&self, z: &Zone, pfn: Pfn, order: Order) {
+        z.lock().free_block_locked(pfn, order, false);
+        ZoneEvents::inc(&z.events.pgfree, order.nr_pages());
+    }
+
+    /// Adds a reference to the allocated block whose head is `pfn`.
+    ///
+    /// # Errors
+    /// A `FreeError` if `pfn` is not the head of an allocated block, or the count
+    /// would overflow.
+    pub fn get_page(&self, pfn: Pfn) -> Result<(), FreeError> {
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        let idx = z.idx(pfn);
+        let mut w = z.frames.word(idx);
+        loop {
+            if w.tag() != TAG_ALLOC {
+                return Err(self.classify(z, pfn, w));
+            }
+            let r = w
+                .refcount()
+                .checked_add(1)
+                .ok_or(FreeError::RefcountOverflow(pfn))?;
+            match z.frames.cas_word(idx, w, w.with_refcount(r)) {
+                Ok(_) => return Ok(()),
+                Err(cur) => w = cur,
+            }
+        }
+    }
+
+    /// The reference count of the allocated block whose head is `pfn`.
+    ///
+    /// # Errors
+    /// A `FreeError` if `pfn` is not the head of an allocated block.
+    pub fn page_count(&self, pfn: Pfn) -> Result<u32, FreeError> {
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        let w = z.frames.word(z.idx(pfn));
+        if w.tag() != TAG_ALLOC {
+            return Err(self.classify(z, pfn, w));
+        }
+        Ok(w.refcount())
+    }
+
+    /// `split_page()`: turns the allocated block of `2^order` frames at `pfn` into
+    /// `2^order` independent order-0 pages, each with one reference (the head keeps
+    /// the references it had).
+    ///
+    /// # Errors
+    /// A `FreeError` if `pfn` is not the head of an allocated block of this order.
+    pub fn split_page(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        if order > self.config.max_order {
+            return Err(FreeError::InvalidOrder(order));
+        }
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        if !pfn.is_aligned(order) {
+            return Err(FreeError::Misaligned { pfn, order });
+        }
+        let idx = z.idx(pfn);
+        let mut w = z.frames.word(idx);
+        loop {
+            if w.tag() != TAG_ALLOC {
+                return Err(self.classify(z, pfn, w));
+            }
+            if w.order() != order {
+                return Err(FreeError::WrongOrder {
+                    pfn,
+                    given: order,
+                    actual: w.order(),
+                });
+            }
+            let mt = Migratetype::from_idx(w.aux() as usize).unwrap_or(Migratetype::Unmovable);
+            let head = Word::alloc(Order(0), mt).with_refcount(w.refcount());
+            match z.frames.cas_word(idx, w, head) {
+                Ok(_) => break,
+                Err(cur) => w = cur,
+            }
+        }
+        let mt = Migratetype::from_idx(w.aux() as usize).unwrap_or(Migratetype::Unmovable);
+        for i in 1..order.nr_pages() as u32 {
+            z.frames.set_word(idx + i, Word::alloc(Order(0), mt));
+        }
+        Ok(())
+    }
+
+    /// Names what is wrong with using `pfn` as the head of an allocated block.
+    #[cold]
+    pub(crate) fn classify(&self, z: &Zone, pfn: Pfn, w: Word) -> FreeError {
+        match w.tag() {
+            TAG_HOLE => FreeError::Hole(pfn),
+            TAG_BUDDY | TAG_PCP | TAG_FROZEN => FreeError::AlreadyFree(pfn),
+            TAG_BAD => FreeError::BadPage(pfn),
+            TAG_ALLOC => FreeError::Busy(pfn),
+            _ => {
+                // A tail: inside a free block (already free) or an allocated one.
+                for o in 1..=z.max_order.0 {
+                    let head = Pfn(pfn.0 & !((1u64 << o) - 1));
+                    if !z.contains(head) {
+                        break;
+                    }
+                    let hw = z.frames.word(z.idx(head));
+                    if matches!(hw.tag(), TAG_BUDDY | TAG_PCP | TAG_FROZEN) && hw.order().0 >= o {
+                        return FreeError::AlreadyFree(pfn);
+                    }
+                    if hw.tag() == TAG_ALLOC && hw.order().0 >= o {
+                        break;
+                    }
+                }
+                FreeError::TailPage(pfn)
+            }
+        }
+    }
+
+    /// Allocates a block owned by the returned guard, which frees it when dropped.
+    ///
+    /// # Errors
+    /// As `alloc_pages`.
+    pub fn alloc_block(
+        &self,
+        gfp: Gfp,
+        order: Order,
+    ) -> Result<crate::owned::PageBlock<'_, B>, AllocError> {
+        let pfn = self.alloc_pages(gfp, order)?;
+        Ok(crate::owned::PageBlock::new(self, pfn, order))
+    }
+
+    /// Watermarks of zone `id` as `[min, low, high, promo]` pages.
+    pub fn watermarks(&self, id: ZoneId) -> Option<[u64; 4]> {
+        let zi = self.node_zones.get(id.node as usize)?[id.zone_type.idx()]?;
+        let z = &self.zones[zi];
+        Some([
+            z.wmark(WMARK_MIN),
+            z.wmark(WMARK_LOW),
+            z.wmark(WMARK_HIGH),
+            z.wmark(WMARK_PROMO),
+        ])
+    }
+
+    /// The zones, node by node: their ids, first frame, spanned and present frames.
+    pub fn zones(&self) -> impl Iterator<Item = (ZoneId, Pfn, u64, u64)> + '_ {
+        self.zones
+            .iter()
+            .map(|z| (z.id, Pfn(z.start_pfn), z.spanned, z.present))
+    }
+}
+
+/// One allocation request, fixed for all of its passes.
+struct Request {
+    nid: u16,
+    gfp: Gfp,
+    order: Order,
+    highest: ZoneType,
+    mt: Migratetype,
+    /// The preferred zone: first eligible zone of the zonelist.
+    first: usize,
+}
+
+/// Integer square root (`int_sqrt`), by Newton's method.
+fn isqrt(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let mut x = n;
+    let mut y = x.div_ceil(2);
+    while y < x {
+        x = y;
+        y = (x + n / x) / 2;
+    }
+    x
+}

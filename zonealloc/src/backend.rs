@@ -1,0 +1,48 @@
+//! Memory backends: what, if anything, stands behind a frame number.
+//!
+//! The allocator manages frame numbers; a backend gives them addresses. Two are
+//! provided: `AbstractFrames` (nothing behind the numbers: device memory, guest
+//! frames, GPU pages) and, with `std`, `Arena` (an mmap'd region whose pages a program
+//! can write to). A kernel supplies its own backend over its direct map.
+
+use core::ptr::NonNull;
+
+use crate::types::Pfn;
+
+/// What stands behind the frames. Called without any allocator lock held.
+///
+/// # Safety
+/// If `page_address` and `page_size` return `Some`, the address of each frame must
+/// point at `page_size` bytes valid for reads and writes for as long as the backend
+/// lives, frames must not overlap, and consecutive frames of a zone must be
+/// contiguous in memory: safe code (`PageBlock::bytes_mut`) builds slices from them.
+#[allow(unsafe_code)]
+pub unsafe trait Backend: Send + Sync {
+    /// The address of frame `pfn`, if frames have addresses.
+    fn page_address(&self, pfn: Pfn) -> Option<NonNull<u8>>;
+
+    /// Fills `nr` frames from `pfn` with zeroes (`__GFP_ZERO`, `init_on_alloc`).
+    /// The frames are owned by the caller.
+    fn zero_pages(&self, pfn: Pfn, nr: u64);
+
+    /// Page size in bytes, if frames have contents.
+    fn page_size(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Frames with nothing behind them: the allocator only hands out numbers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AbstractFrames;
+
+// SAFETY: no frame has an address, so there is nothing to promise.
+#[allow(unsafe_code)]
+unsafe impl Backend for AbstractFrames {
+    #[inline]
+    fn page_address(&self, _pfn: Pfn) -> Option<NonNull<u8>> {
+        None
+    }
+
+    #[inline]
+    fn zero_pages(&self, _pfn: Pfn, _nr: u64) {}
+}

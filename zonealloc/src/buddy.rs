@@ -1,0 +1,617 @@
+//! The buddy algorithm: free lists, splitting, merging, fallback between migratetypes.
+//!
+//! Every function here is a method of `ZoneLocked`: the caller holds the zone lock.
+//!
+//! # The buddy system
+//!
+//! Free memory is kept as naturally aligned blocks of `2^order` frames, one free list
+//! per (order, migratetype). The *buddy* of the block at `pfn` of order `o` is the
+//! block at `pfn ^ (1 << o)`: the other half of the aligned block of order `o + 1`.
+//!
+//! *Allocation* (`rmqueue_smallest`) takes the smallest free block of at least the
+//! requested order and splits it (`expand`): the upper half goes back on the list one
+//! order down, until the lower part has the requested order. Halves are handed out
+//! lowest address first.
+//!
+//! ```text
+//!   order 3 block at 0:   [0 1 2 3 4 5 6 7]      request order 1
+//!   expand:               [0 1 2 3][4 5 6 7]  -> 4..7 back as order 2
+//!                         [0 1][2 3]          -> 2..3 back as order 1
+//!   returned:             [0 1]
+//! ```
+//!
+//! *Freeing* (`free_one_page_locked`) repeatedly looks at the buddy: while it is a free
+//! block of the same order (and, at pageblock order and above, of a type that may
+//! merge), the buddy leaves its list and the two become one block of the next order.
+//! A block whose parent's buddy is also free goes to the list tail, so it is less
+//! likely to be handed out before that larger merge can happen.
+//!
+//! # Migratetypes and fallback
+//!
+//! A free block always sits on the list of its pageblock's type. When the requested
+//! type has nothing, `rmqueue` falls back as Linux 6.15+ does: first try to *claim* a
+//! whole pageblock of another type, largest blocks first (retyping it when enough of
+//! it is free or compatible); failing that, *steal* the smallest suitable block of
+//! another type without retyping its pageblock.
+
+use crate::frame::{Word, TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_PCP};
+use crate::gfp::AllocFlags;
+use crate::pageblock::{COUNTED, WHOLE};
+use crate::types::{Migratetype, Order, Pfn};
+use crate::zone::{counter, counter_add, ZoneEvents, ZoneLocked};
+
+/// `fallbacks[]`: the types each ordinary type borrows from, in order.
+const FALLBACKS: [[Migratetype; 2]; 3] = [
+    [Migratetype::Reclaimable, Migratetype::Movable],
+    [Migratetype::Reclaimable, Migratetype::Unmovable],
+    [Migratetype::Unmovable, Migratetype::Movable],
+];
+
+/// Which source `rmqueue` uses; remembered across one per-CPU refill so that a batch
+/// does not repeat searches that already failed (`enum rmqueue_mode`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum RmqueueMode {
+    Normal,
+    Claim,
+    Steal,
+}
+
+enum Fallback {
+    Found(Migratetype),
+    Empty,
+    NoClaim,
+}
+
+impl ZoneLocked<'_> {
+    // ---------------------------------------------------------------------------
+    // Free lists and their counters
+    // ---------------------------------------------------------------------------
+
+    /// `account_freepages()`: free-page counters, isolated pages excluded.
+    #[inline]
+    pub(crate) fn account_freepages(&self, nr: i64, mt: Migratetype) {
+        if mt == Migratetype::Isolate {
+            return;
+        }
+        let c = &self.zone.counters;
+        counter_add(&c.nr_free_pages, nr);
+        if mt == Migratetype::HighAtomic {
+            counter_add(&c.nr_free_highatomic, nr);
+        }
+    }
+
+    #[inline]
+    fn count_list(&mut self, order: Order, mt: Migratetype, d: i64) {
+        let c = &self.zone.counters;
+        counter_add(&c.nr_free[order.idx()][mt.idx()], d);
+        if order >= self.zone.pageblock_order && mt != Migratetype::Isolate {
+            counter_add(&c.nr_free_pages_blocks, d * order.nr_pages() as i64);
+        }
+        if self.area.lists[order.idx()][mt.idx()].is_empty() {
+            self.area.nonempty[mt.idx()] &= !(1 << order.0);
+        } else {
+            self.area.nonempty[mt.idx()] |= 1 << order.0;
+        }
+    }
+
+    /// `__add_to_free_list()`: makes `pfn` the head of a free block of `order` on
+    /// `free_list[order][mt]`, at the tail or the head.
+    #[inline]
+    pub(crate) fn add_to_free_list(&mut self, pfn: Pfn, order: Order, mt: Migratetype, tail: bool) {
+        let z = self.zone;
+        debug_assert_eq!(
+            z.blocks.migratetype(pfn),
+            mt,
+            "free block on a foreign list"
+        );
+        debug_assert!(pfn.is_aligned(order));
+        let idx = z.idx(pfn);
+        z.frames.set_word(idx, Word::buddy(order));
+        let list = &mut self.area.lists[order.idx()][mt.idx()];
+        if tail {
+            list.push_tail(&z.frames, idx);
+        } else {
+            list.push_head(&z.frames, idx);
+        }
+        self.count_list(order, mt, 1);
+    }
+
+    /// `__del_page_from_free_list()`: takes the free block at `pfn` off its list; the
+    /// head becomes `Tail` until the caller gives it a new state.
+    #[inline]
+    pub(crate) fn del_from_free_list(&mut self, pfn: Pfn, order: Order, mt: Migratetype) {
+        let z = self.zone;
+        let idx = z.idx(pfn);
+        debug_assert_eq!(z.frames.word(idx), Word::buddy(order));
+        self.area.lists[order.idx()][mt.idx()].unlink(&z.frames, idx);
+        z.frames.set_word(idx, Word::TAIL);
+        self.count_list(order, mt, -1);
+    }
+
+    /// `move_to_free_list()`: moves a free block to the tail of another type's list.
+    pub(crate) fn move_to_free_list(
+        &mut self,
+        pfn: Pfn,
+        order: Order,
+        old: Migratetype,
+        new: Migratetype,
+    ) {
+        let z = self.zone;
+        let idx = z.idx(pfn);
+        self.area.lists[order.idx()][old.idx()].unlink(&z.frames, idx);
+        self.count_list(order, old, -1);
+        self.area.lists[order.idx()][new.idx()].push_tail(&z.frames, idx);
+        self.count_list(order, new, 1);
+        let n = order.nr_pages() as i64;
+        self.account_freepages(-n, old);
+        self.account_freepages(n, new);
+    }
+
+    /// The head of `free_list[order][mt]`, if any.
+    #[inline]
+    pub(crate) fn first_free(&self, order: Order, mt: Migratetype) -> Option<Pfn> {
+        let l = &self.area.lists[order.idx()][mt.idx()];
+        (!l.is_empty()).then(|| self.zone.pfn_of(l.head))
+    }
+
+    /// `page_is_buddy()`: `pfn` is in this zone and heads a free block of `order`.
+    #[inline]
+    fn is_free_block(&self, pfn: Pfn, order: Order) -> bool {
+        let z = self.zone;
+        z.contains(pfn) && z.frames.word(z.idx(pfn)) == Word::buddy(order)
+    }
+
+    // ---------------------------------------------------------------------------
+    // Pageblock types
+    // ---------------------------------------------------------------------------
+
+    /// Sets the type of the pageblock holding `pfn`, keeping the per-type block
+    /// counters. Free blocks inside must be moved by the caller.
+    pub(crate) fn set_pageblock_type(&self, pfn: Pfn, mt: Migratetype) {
+        let z = self.zone;
+        let counted = z.blocks.flags(pfn) & COUNTED != 0;
+        let (old, new) = z.blocks.set_locked(pfn, mt);
+        if counted && old != new {
+            counter_add(&z.counters.nr_blocks[old.idx()], -1);
+            counter_add(&z.counters.nr_blocks[new.idx()], 1);
+        }
+    }
+
+    /// Clears the isolation of the pageblock holding `pfn`, keeping the counters.
+    pub(crate) fn unisolate_pageblock(&self, pfn: Pfn) -> Migratetype {
+        let z = self.zone;
+        let counted = z.blocks.flags(pfn) & COUNTED != 0;
+        let new = z.blocks.unisolate_locked(pfn);
+        if counted && new != Migratetype::Isolate {
+            counter_add(&z.counters.nr_blocks[Migratetype::Isolate.idx()], -1);
+            counter_add(&z.counters.nr_blocks[new.idx()], 1);
+        }
+        new
+    }
+
+    /// `change_pageblock_range()`: retypes every pageblock covered by the block.
+    pub(crate) fn change_pageblock_range(&self, pfn: Pfn, order: Order, mt: Migratetype) {
+        let pb = self.zone.pageblock_order;
+        let nr_blocks = if order >= pb {
+            1u64 << (order.0 - pb.0)
+        } else {
+            1
+        };
+        for i in 0..nr_blocks {
+            self.set_pageblock_type(pfn.add(i << pb.0), mt);
+        }
+    }
+
+    /// `prep_move_freepages_block()`: for the pageblock holding `pfn`, if it lies wholly
+    /// in the zone, its first frame, its free pages and its movable allocated pages.
+    fn pageblock_census(&self, pfn: Pfn) -> Option<(Pfn, u64, u64)> {
+        let z = self.zone;
+        if z.blocks.flags(pfn) & WHOLE == 0 {
+            return None;
+        }
+        let pb_nr = z.pageblock_order.nr_pages();
+        let start = Pfn(pfn.0 & !(pb_nr - 1));
+        let (mut free, mut movable) = (0, 0);
+        let mut p = start.0;
+        while p < start.0 + pb_nr {
+            let w = z.frames.word(z.idx(Pfn(p)));
+            let n = w.order().nr_pages();
+            match w.tag() {
+                TAG_BUDDY => {
+                    free += n;
+                    p += n;
+                }
+                TAG_ALLOC => {
+                    if w.aux() == Migratetype::Movable as u8 {
+                        movable += n;
+                    }
+                    p += n;
+                }
+                TAG_PCP | TAG_FROZEN => p += n,
+                _ => p += 1,
+            }
+        }
+        Some((start, free, movable))
+    }
+
+    /// `__move_freepages_block()`: moves every free block of the pageblock starting at
+    /// `start` from `old`'s lists to `new`'s, then retypes the block. Returns the pages
+    /// moved.
+    fn move_freepages_block_from(&mut self, start: Pfn, old: Migratetype, new: Migratetype) -> u64 {
+        let z = self.zone;
+        let pb_nr = z.pageblock_order.nr_pages();
+        let mut moved = 0;
+        let mut p = start.0;
+        while p < start.0 + pb_nr {
+            let w = z.frames.word(z.idx(Pfn(p)));
+            if w.tag() == TAG_BUDDY {
+                self.move_to_free_list(Pfn(p), w.order(), old, new);
+                moved += w.order().nr_pages();
+                p += w.order().nr_pages();
+            } else {
+                p += 1;
+            }
+        }
+        self.set_pageblock_type(start, new);
+        self.remerge(start, z.pageblock_order, new);
+        moved
+    }
+
+    /// After a retype, a free block of at least pageblock order may now merge with a
+    /// buddy it was kept apart from (a highatomic or isolated neighbour): free it
+    /// again so it does. Linux does this when un-isolating; doing it on every retype
+    /// keeps "no mergeable free buddies" an invariant.
+    fn remerge(&mut self, pfn: Pfn, order: Order, mt: Migratetype) {
+        if !mt.is_mergeable() || order >= self.zone.max_order || !self.is_free_block(pfn, order) {
+            return;
+        }
+        let buddy = pfn.buddy(order);
+        if !self.is_free_block(buddy, order) || !self.zone.blocks.migratetype(buddy).is_mergeable()
+        {
+            return;
+        }
+        self.del_from_free_list(pfn, order, mt);
+        self.account_freepages(-(order.nr_pages() as i64), mt);
+        self.free_one_page_locked(pfn, order, mt, true);
+    }
+
+    /// `move_freepages_block()`: as above for the pageblock holding `pfn`; `None` if
+    /// the block straddles the zone's edge.
+    pub(crate) fn move_freepages_block(
+        &mut self,
+        pfn: Pfn,
+        old: Migratetype,
+        new: Migratetype,
+    ) -> Option<u64> {
+        let (start, _, _) = self.pageblock_census(pfn)?;
+        Some(self.move_freepages_block_from(start, old, new))
+    }
+
+    // ---------------------------------------------------------------------------
+    // Freeing
+    // ---------------------------------------------------------------------------
+
+    /// `__free_one_page()`: puts the block at `pfn` (owned by the caller, state
+    /// `Frozen` or `Tail`) on the free lists of type `mt`, merging with free buddies.
+    pub(crate) fn free_one_page_locked(
+        &mut self,
+        pfn: Pfn,
+        order: Order,
+        mt: Migratetype,
+        to_tail: bool,
+    ) {
+        let z = self.zone;
+        let max = z.max_order;
+        let pb = z.pageblock_order;
+        self.account_freepages(order.nr_pages() as i64, mt);
+        // The block's head stops being a head if it merges downwards.
+        z.frames.set_word(z.idx(pfn), Word::TAIL);
+        let (mut pfn, mut order) = (pfn, order);
+        let mut buddy = Pfn(0);
+        while order < max {
+            buddy = pfn.buddy(order);
+            if !self.is_free_block(buddy, order) {
+                break;
+            }
+            let mut buddy_mt = mt;
+            if order >= pb {
+                buddy_mt = z.blocks.migratetype(buddy);
+                if buddy_mt != mt && (!mt.is_mergeable() || !buddy_mt.is_mergeable()) {
+                    break;
+                }
+            }
+            self.del_from_free_list(buddy, order, buddy_mt);
+            if buddy_mt != mt {
+                // Two mergeable types met at pageblock order: the result takes ours.
+                self.account_freepages(-(order.nr_pages() as i64), buddy_mt);
+                self.account_freepages(order.nr_pages() as i64, mt);
+                self.change_pageblock_range(buddy, order, mt);
+            }
+            pfn = Pfn(pfn.0 & buddy.0);
+            order = Order(order.0 + 1);
+        }
+        let tail = to_tail || self.buddy_merge_likely(pfn, buddy, order);
+        self.add_to_free_list(pfn, order, mt, tail);
+    }
+
+    /// `buddy_merge_likely()`: whether the buddy of the block one order up is free, so
+    /// that this block, kept at the tail, may soon merge twice.
+    fn buddy_merge_likely(&self, pfn: Pfn, buddy: Pfn, order: Order) -> bool {
+        if order.0 + 1 >= self.zone.max_order.0 {
+            return false;
+        }
+        let higher = Pfn(buddy.0 & pfn.0);
+        let up = Order(order.0 + 1);
+        self.is_free_block(higher.buddy(up), up)
+    }
+
+    /// `split_large_buddy()`: frees a block owned by the caller, one pageblock at a
+    /// time when it is larger than a pageblock, each part on its own block's type.
+    pub(crate) fn free_block_locked(&mut self, pfn: Pfn, order: Order, to_tail: bool) {
+        let z = self.zone;
+        let pb = z.pageblock_order;
+        if order <= pb {
+            let mt = z.blocks.migratetype(pfn);
+            self.free_one_page_locked(pfn, order, mt, to_tail);
+            return;
+        }
+        for i in 0..1u64 << (order.0 - pb.0) {
+            let p = pfn.add(i << pb.0);
+            let mt = z.blocks.migratetype(p);
+            self.free_one_page_locked(p, pb, mt, to_tail);
+        }
+    }
+
+    // ---------------------------------------------------------------------------
+    // Allocation
+    // ---------------------------------------------------------------------------
+
+    /// `expand()`: splits the block of order `high` at `pfn` down to `low`, putting the
+    /// upper halves back on `mt`'s lists. Returns the pages put back.
+    fn expand(&mut self, pfn: Pfn, low: Order, high: Order, mt: Migratetype) -> u64 {
+        let mut high = high.0;
+        let mut put_back = 0;
+        while high > low.0 {
+            high -= 1;
+            let half = pfn.add(1 << high);
+            self.add_to_free_list(half, Order(high), mt, false);
+            put_back += 1u64 << high;
+        }
+        put_back
+    }
+
+    /// `page_del_and_expand()`: takes the free block at `pfn` of order `high` and
+    /// keeps its first `2^low` frames, returning the rest to `mt`'s lists.
+    fn del_and_expand(&mut self, pfn: Pfn, low: Order, high: Order, mt: Migratetype) {
+        self.del_from_free_list(pfn, high, mt);
+        let put_back = self.expand(pfn, low, high, mt);
+        self.account_freepages(-((high.nr_pages() - put_back) as i64), mt);
+    }
+
+    /// `__rmqueue_smallest()`: the smallest free block of type `mt` of at least
+    /// `order`, split down to `order`. The returned head is in state `Tail`; the caller
+    /// gives it its allocated state.
+    pub(crate) fn rmqueue_smallest(&mut self, order: Order, mt: Migratetype) -> Option<Pfn> {
+        let mask = self.area.nonempty[mt.idx()] >> order.0;
+        if mask == 0 {
+            return None;
+        }
+        let cur = Order(order.0 + mask.trailing_zeros() as u8);
+        let pfn = self.first_free(cur, mt)?;
+        self.del_and_expand(pfn, order, cur, mt);
+        Some(pfn)
+    }
+
+    /// `__rmqueue()`: a block of `order` for type `mt`, falling back to other types
+    /// as `mode` allows (see the module documentation).
+    pub(crate) fn rmqueue(
+        &mut self,
+        order: Order,
+        mt: Migratetype,
+        flags: AllocFlags,
+        mode: &mut RmqueueMode,
+    ) -> Option<Pfn> {
+        if *mode == RmqueueMode::Normal {
+            if let Some(p) = self.rmqueue_smallest(order, mt) {
+                return Some(p);
+            }
+            *mode = RmqueueMode::Claim;
+        }
+        if *mode == RmqueueMode::Claim {
+            if let Some(p) = self.rmqueue_claim(order, mt, flags) {
+                *mode = RmqueueMode::Normal;
+                return Some(p);
+            }
+            *mode = RmqueueMode::Steal;
+        }
+        if !flags.has(AllocFlags::NOFRAGMENT) {
+            if let Some(p) = self.rmqueue_steal(order, mt) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// `should_try_claim_block()`: small movable requests only borrow.
+    fn should_try_claim_block(&self, order: Order, mt: Migratetype) -> bool {
+        let pb = self.zone.pageblock_order.0;
+        order.0 >= pb
+            || order.0 >= pb / 2
+            || mt == Migratetype::Reclaimable
+            || mt == Migratetype::Unmovable
+            || self.zone.mobility_disabled
+    }
+
+    /// `find_suitable_fallback()`.
+    fn find_suitable_fallback(&self, order: Order, mt: Migratetype, claimable: bool) -> Fallback {
+        if claimable && !self.should_try_claim_block(order, mt) {
+            return Fallback::NoClaim;
+        }
+        let Some(row) = FALLBACKS.get(mt.idx()) else {
+            return Fallback::Empty;
+        };
+        for &f in row {
+            if self.area.nonempty[f.idx()] & (1 << order.0) != 0 {
+                return Fallback::Found(f);
+            }
+        }
+        Fallback::Empty
+    }
+
+    /// `__rmqueue_claim()`: take over a pageblock of another type, largest free
+    /// blocks first.
+    fn rmqueue_claim(&mut self, order: Order, mt: Migratetype, flags: AllocFlags) -> Option<Pfn> {
+        let pb = self.zone.pageblock_order;
+        let min_order = if flags.has(AllocFlags::NOFRAGMENT) && order < pb {
+            pb
+        } else {
+            order
+        };
+        let mut cur = self.zone.max_order.0 as i32;
+        while cur >= min_order.0 as i32 {
+            let c = Order(cur as u8);
+            cur -= 1;
+            let fallback = match self.find_suitable_fallback(c, mt, true) {
+                Fallback::Empty => continue,
+                Fallback::NoClaim => break,
+                Fallback::Found(f) => f,
+            };
+            let head = self.first_free(c, fallback)?;
+            if let Some(p) = self.try_to_claim_block(head, c, order, mt, fallback) {
+                ZoneEvents::inc(&self.zone.events.extfrag, 1);
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// `try_to_claim_block()`.
+    fn try_to_claim_block(
+        &mut self,
+        pfn: Pfn,
+        cur: Order,
+        order: Order,
+        start: Migratetype,
+        block: Migratetype,
+    ) -> Option<Pfn> {
+        let z = self.zone;
+        let pb = z.pageblock_order;
+        if cur >= pb {
+            // The free block covers whole pageblocks: take them all.
+            self.del_from_free_list(pfn, cur, block);
+            self.account_freepages(-(cur.nr_pages() as i64), block);
+            self.change_pageblock_range(pfn, cur, start);
+            let added = self.expand(pfn, order, cur, start);
+            self.account_freepages(added as i64, start);
+            ZoneEvents::inc(&z.events.claims, 1);
+            return Some(pfn);
+        }
+        let (bstart, free, movable) = self.pageblock_census(pfn)?;
+        let pb_nr = pb.nr_pages();
+        let alike = if start == Migratetype::Movable {
+            movable
+        } else if block == Migratetype::Movable {
+            pb_nr - free - movable
+        } else {
+            0
+        };
+        if free + alike >= pb_nr / 2 || z.mobility_disabled {
+            self.move_freepages_block_from(bstart, block, start);
+            ZoneEvents::inc(&z.events.claims, 1);
+            return self.rmqueue_smallest(order, start);
+        }
+        None
+    }
+
+    /// `__rmqueue_steal()`: borrow the smallest suitable block of another type; its
+    /// pageblock keeps its type.
+    fn rmqueue_steal(&mut self, order: Order, mt: Migratetype) -> Option<Pfn> {
+        for c in order.0..=self.zone.max_order.0 {
+            let c = Order(c);
+            if let Fallback::Found(f) = self.find_suitable_fallback(c, mt, false) {
+                let pfn = self.first_free(c, f)?;
+                self.del_and_expand(pfn, order, c, f);
+                ZoneEvents::inc(&self.zone.events.extfrag, 1);
+                return Some(pfn);
+            }
+        }
+        None
+    }
+
+    // ---------------------------------------------------------------------------
+    // HighAtomic reserves
+    // ---------------------------------------------------------------------------
+
+    /// `reserve_highatomic_pageblock()`: after a high-order atomic allocation at
+    /// `pfn`, turn its pageblock into a HighAtomic reserve (up to ~1% of the zone).
+    pub(crate) fn reserve_highatomic(&mut self, pfn: Pfn, order: Order) {
+        let z = self.zone;
+        let pb_nr = z.pageblock_order.nr_pages();
+        if z.managed / 100 < pb_nr {
+            return;
+        }
+        let max = (z.managed / 100).div_ceil(pb_nr) * pb_nr;
+        if self.area.nr_reserved_highatomic >= max {
+            return;
+        }
+        let mt = z.blocks.migratetype(pfn);
+        if !mt.is_mergeable() {
+            return;
+        }
+        let added = if order < z.pageblock_order {
+            if self
+                .move_freepages_block(pfn, mt, Migratetype::HighAtomic)
+                .is_none()
+            {
+                return;
+            }
+            pb_nr
+        } else {
+            self.change_pageblock_range(pfn, order, Migratetype::HighAtomic);
+            order.nr_pages()
+        };
+        self.set_reserved_highatomic(self.area.nr_reserved_highatomic + added);
+        ZoneEvents::inc(&z.events.highatomic_reserve, 1);
+    }
+
+    fn set_reserved_highatomic(&mut self, v: u64) {
+        self.area.nr_reserved_highatomic = v;
+        let c = &self.zone.counters.nr_reserved_highatomic;
+        counter_add(c, v as i64 - counter(c) as i64);
+    }
+
+    /// `unreserve_highatomic_pageblock()` for this zone: give one reserved block with
+    /// free memory back to `mt`. Unless `force`, keep the last reserved block.
+    pub(crate) fn unreserve_highatomic(&mut self, mt: Migratetype, force: bool) -> bool {
+        let z = self.zone;
+        let pb = z.pageblock_order;
+        if !force && self.area.nr_reserved_highatomic <= pb.nr_pages() {
+            return false;
+        }
+        for o in 0..=z.max_order.0 {
+            let order = Order(o);
+            let Some(pfn) = self.first_free(order, Migratetype::HighAtomic) else {
+                continue;
+            };
+            let size = pb
+                .nr_pages()
+                .max(order.nr_pages())
+                .min(self.area.nr_reserved_highatomic);
+            self.set_reserved_highatomic(self.area.nr_reserved_highatomic - size);
+            let moved = if order < pb {
+                self.move_freepages_block(pfn, Migratetype::HighAtomic, mt)
+                    .is_some()
+            } else {
+                self.move_to_free_list(pfn, order, Migratetype::HighAtomic, mt);
+                self.change_pageblock_range(pfn, order, mt);
+                self.remerge(pfn, order, mt);
+                true
+            };
+            if moved {
+                ZoneEvents::inc(&z.events.highatomic_unreserve, 1);
+                return true;
+            }
+        }
+        false
+    }
+}

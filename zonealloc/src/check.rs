@@ -1,0 +1,334 @@
+//! The O(n) validator: `check_invariants()` walks every frame and every list.
+//!
+//! Third tier of checks (the first two being typed errors at the API and
+//! `debug_assert!`s inside). Takes each zone's lock in turn; meaningful at quiescent
+//! points, when no thread is between freezing a block and putting it on a list.
+//!
+//! What it proves, per zone:
+//! * every frame is exactly one of: a hole, the head of a free block, the head of an
+//!   allocated block, or a tail inside exactly one block (the frame walk);
+//! * every block is aligned to its order and lies in the zone without holes;
+//! * every free block is on exactly the list of its order and its pageblock's type,
+//!   the lists are well linked, and each list's length equals its counter;
+//! * no free block has a free buddy of its order that it was allowed to merge with;
+//! * free-page, pageblock and per-type counters equal a recount;
+//! * free plus allocated frames equal the present frames.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::allocator::ZoneAllocator;
+use crate::backend::Backend;
+use crate::frame::{
+    Word, NIL, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP, TAG_TAIL,
+};
+use crate::pageblock::COUNTED;
+use crate::types::{Migratetype, Order, Pfn, MIGRATE_TYPES};
+use crate::zone::{counter, Zone, ZoneLocked};
+
+/// What `check_invariants()` looked at.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InvariantReport {
+    /// Frames visited.
+    pub frames: u64,
+    /// Free blocks on buddy lists.
+    pub free_blocks: u64,
+    /// Free frames on buddy lists.
+    pub free_pages: u64,
+    /// Free blocks on per-CPU lists.
+    pub pcp_blocks: u64,
+    /// Free frames on per-CPU lists.
+    pub pcp_pages: u64,
+    /// Allocated blocks.
+    pub allocated_blocks: u64,
+    /// Allocated frames.
+    pub allocated_pages: u64,
+    /// Frames taken out of circulation as bad.
+    pub bad_pages: u64,
+    /// Individual assertions evaluated.
+    pub checks: u64,
+}
+
+/// The first broken invariant found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvariantViolation {
+    /// The frame concerned, if one is.
+    pub pfn: Option<Pfn>,
+    /// What is wrong.
+    pub what: String,
+}
+
+impl fmt::Display for InvariantViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.pfn {
+            Some(p) => write!(f, "pfn {p}: {}", self.what),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for InvariantViolation {}
+
+struct Checker<'r> {
+    report: &'r mut InvariantReport,
+}
+
+impl Checker<'_> {
+    #[inline]
+    fn ensure(
+        &mut self,
+        ok: bool,
+        pfn: Option<Pfn>,
+        what: impl FnOnce() -> String,
+    ) -> Result<(), InvariantViolation> {
+        self.report.checks += 1;
+        if ok {
+            Ok(())
+        } else {
+            Err(InvariantViolation { pfn, what: what() })
+        }
+    }
+}
+
+impl<B: Backend> ZoneAllocator<B> {
+    /// Walks every structure and returns what it checked, or the first violation.
+    ///
+    /// # Errors
+    /// The first broken invariant.
+    pub fn check_invariants(&self) -> Result<InvariantReport, InvariantViolation> {
+        let mut report = InvariantReport::default();
+        for z in self.zones.iter() {
+            let zl = z.lock();
+            let pcp = self.pcp_census(z);
+            check_zone(
+                &zl,
+                &mut Checker {
+                    report: &mut report,
+                },
+                &pcp,
+            )?;
+        }
+        Ok(report)
+    }
+
+    /// Per-CPU list heads of a zone as `(frame index, order)` (none until per-CPU
+    /// lists exist).
+    fn pcp_census(&self, _z: &Zone) -> Vec<(u32, Order)> {
+        Vec::new()
+    }
+}
+
+fn check_zone(
+    zl: &ZoneLocked<'_>,
+    c: &mut Checker<'_>,
+    pcp: &[(u32, Order)],
+) -> Result<(), InvariantViolation> {
+    let z = zl.zone;
+    let t = &z.frames;
+    let max = z.max_order;
+    let pb = z.pageblock_order;
+    let mut free_per = [[0u64; MIGRATE_TYPES]; crate::types::NR_ORDERS_MAX];
+    let (mut free_pages, mut highatomic, mut blocks_pages) = (0u64, 0u64, 0u64);
+    let mut present = 0u64;
+    let mut frames_in_blocks = 0u64;
+
+    // Frame walk: heads and their tails, in address order.
+    let mut i = 0u32;
+    let n = t.len() as u32;
+    while i < n {
+        let pfn = z.pfn_of(i);
+        let w = t.word(i);
+        c.report.frames += 1;
+        match w.tag() {
+            TAG_HOLE => {
+                i += 1;
+                continue;
+            }
+            TAG_TAIL => {
+                return Err(InvariantViolation {
+                    pfn: Some(pfn),
+                    what: "tail frame outside any block".into(),
+                })
+            }
+            _ => {}
+        }
+        let order = if w.tag() == TAG_BAD {
+            Order(0)
+        } else {
+            w.order()
+        };
+        c.ensure(order <= max, Some(pfn), || {
+            format!("order {order} above max")
+        })?;
+        c.ensure(pfn.is_aligned(order), Some(pfn), || {
+            format!("head misaligned for order {order}")
+        })?;
+        let nr = order.nr_pages();
+        c.ensure(i as u64 + nr <= n as u64, Some(pfn), || {
+            "block runs past the zone".into()
+        })?;
+        for k in 1..nr as u32 {
+            let tw = t.word(i + k);
+            c.ensure(tw == Word::TAIL, Some(z.pfn_of(i + k)), || {
+                format!(
+                    "frame inside block at {pfn} of order {order} is {:?}",
+                    crate::frame::FrameState::from(tw)
+                )
+            })?;
+        }
+        present += nr;
+        frames_in_blocks += nr;
+        c.report.frames += nr - 1;
+        match w.tag() {
+            TAG_BUDDY => {
+                let mt = z.blocks.migratetype(pfn);
+                if order > pb {
+                    for b in 0..1u64 << (order.0 - pb.0) {
+                        let bp = pfn.add(b << pb.0);
+                        c.ensure(z.blocks.migratetype(bp) == mt, Some(bp), || {
+                            "free block spans pageblocks of different types".into()
+                        })?;
+                    }
+                }
+                free_per[order.idx()][mt.idx()] += 1;
+                if mt != Migratetype::Isolate {
+                    free_pages += nr;
+                    if order >= pb {
+                        blocks_pages += nr;
+                    }
+                }
+                if mt == Migratetype::HighAtomic {
+                    highatomic += nr;
+                }
+                c.report.free_blocks += 1;
+                c.report.free_pages += nr;
+                // Unmerged buddies.
+                if order < max {
+                    let b = pfn.buddy(order);
+                    if z.contains(b) && t.word(z.idx(b)) == Word::buddy(order) {
+                        let bmt = z.blocks.migratetype(b);
+                        let allowed = bmt == mt || (mt.is_mergeable() && bmt.is_mergeable());
+                        c.ensure(!allowed, Some(pfn), || {
+                            format!("free buddies at order {order} left unmerged ({mt} / {bmt})")
+                        })?;
+                    }
+                }
+            }
+            TAG_PCP => {
+                c.ensure(
+                    pcp.iter().any(|&(h, o)| h == i && o == order),
+                    Some(pfn),
+                    || "per-CPU state but on no per-CPU list".into(),
+                )?;
+                c.report.pcp_blocks += 1;
+                c.report.pcp_pages += nr;
+            }
+            TAG_ALLOC => {
+                c.ensure(w.refcount() >= 1, Some(pfn), || {
+                    "allocated with refcount 0".into()
+                })?;
+                c.report.allocated_blocks += 1;
+                c.report.allocated_pages += nr;
+            }
+            TAG_FROZEN => {
+                return Err(InvariantViolation {
+                    pfn: Some(pfn),
+                    what: "block frozen (being freed) at a quiescent point".into(),
+                })
+            }
+            _ => c.report.bad_pages += 1,
+        }
+        i += nr as u32;
+    }
+    c.ensure(present == z.present, None, || {
+        format!(
+            "{:?}: {present} frames in blocks, {} present",
+            z.id, z.present
+        )
+    })?;
+    let _ = frames_in_blocks;
+
+    // Lists: links, states, types, counts.
+    for o in 0..=max.idx() {
+        for mt in 0..MIGRATE_TYPES {
+            let list = zl.area.lists[o][mt];
+            let mut len = 0u64;
+            let mut prev = NIL;
+            let mut cur = list.head;
+            while cur != NIL {
+                let pfn = z.pfn_of(cur);
+                c.ensure(len < z.spanned, Some(pfn), || "list cycle".into())?;
+                c.ensure(t.prev(cur) == prev, Some(pfn), || "broken prev link".into())?;
+                c.ensure(
+                    t.word(cur) == Word::buddy(Order(o as u8)),
+                    Some(pfn),
+                    || format!("on free_list[{o}][{mt}] but not a free block of that order"),
+                )?;
+                c.ensure(z.blocks.migratetype(pfn).idx() == mt, Some(pfn), || {
+                    format!(
+                        "on free_list[{o}][{mt}] but its pageblock is {}",
+                        z.blocks.migratetype(pfn)
+                    )
+                })?;
+                prev = cur;
+                cur = t.next(cur);
+                len += 1;
+            }
+            c.ensure(list.tail == prev, None, || {
+                format!("free_list[{o}][{mt}] tail mismatch")
+            })?;
+            c.ensure(len == free_per[o][mt], None, || {
+                format!(
+                    "free_list[{o}][{mt}] has {len} entries, frame walk found {}",
+                    free_per[o][mt]
+                )
+            })?;
+            let counted = counter(&z.counters.nr_free[o][mt]);
+            c.ensure(counted == len, None, || {
+                format!("nr_free[{o}][{mt}] = {counted}, list length {len}")
+            })?;
+            let bit = zl.area.nonempty[mt] & (1 << o) != 0;
+            c.ensure(bit == (len > 0), None, || {
+                format!("nonempty bit of [{o}][{mt}] wrong")
+            })?;
+        }
+    }
+
+    // Counters.
+    let zc = &z.counters;
+    c.ensure(counter(&zc.nr_free_pages) == free_pages, None, || {
+        format!(
+            "nr_free_pages {} != recount {free_pages}",
+            counter(&zc.nr_free_pages)
+        )
+    })?;
+    c.ensure(counter(&zc.nr_free_highatomic) == highatomic, None, || {
+        "nr_free_highatomic != recount".into()
+    })?;
+    c.ensure(
+        counter(&zc.nr_free_pages_blocks) == blocks_pages,
+        None,
+        || "nr_free_pages_blocks != recount".into(),
+    )?;
+    let mut blocks = [0u64; MIGRATE_TYPES];
+    for b in 0..z.blocks.len() {
+        if z.blocks.raw(b) & COUNTED != 0 {
+            blocks[z.blocks.migratetype(z.blocks.first_pfn_of(b)).idx()] += 1;
+        }
+    }
+    for (mt, &n) in blocks.iter().enumerate() {
+        let got = counter(&zc.nr_blocks[mt]);
+        c.ensure(got == n, None, || {
+            format!("nr_blocks[{mt}] = {got}, recount {n}")
+        })?;
+    }
+    c.ensure(
+        counter(&zc.nr_reserved_highatomic) == zl.area.nr_reserved_highatomic,
+        None,
+        || "reserved highatomic mirror out of date".into(),
+    )?;
+    Ok(())
+}

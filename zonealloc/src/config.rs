@@ -1,0 +1,250 @@
+//! Configuration: the memory layout (nodes, zones, holes) and the tunables.
+//!
+//! A `Config` is plain data, validated once by `Config::validate()` when an allocator
+//! is built. The defaults are x86-64 Linux's: 4 KiB pages, `MAX_PAGE_ORDER` 10,
+//! `pageblock_order` 9, `watermark_scale_factor` 10, the default lowmem reserve ratios.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::types::{Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT};
+
+/// One zone: a range of frame numbers of one zone type, possibly with holes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneConfig {
+    /// The kind of zone.
+    pub zone_type: ZoneType,
+    /// First frame of the zone (`zone_start_pfn`); need not be aligned.
+    pub start_pfn: Pfn,
+    /// Frames spanned, holes included (`spanned_pages`). Zero for an empty zone.
+    pub spanned_pages: u64,
+    /// Ranges `(start, nr_pages)` inside the zone with no memory behind them.
+    pub holes: Vec<(Pfn, u64)>,
+}
+
+impl ZoneConfig {
+    /// A zone without holes.
+    pub fn new(zone_type: ZoneType, start_pfn: Pfn, spanned_pages: u64) -> ZoneConfig {
+        ZoneConfig {
+            zone_type,
+            start_pfn,
+            spanned_pages,
+            holes: Vec::new(),
+        }
+    }
+
+    /// Adds a hole of `nr_pages` frames at `start`.
+    #[must_use]
+    pub fn with_hole(mut self, start: Pfn, nr_pages: u64) -> ZoneConfig {
+        self.holes.push((start, nr_pages));
+        self
+    }
+
+    /// One past the last frame of the zone.
+    pub fn end_pfn(&self) -> Pfn {
+        self.start_pfn.add(self.spanned_pages)
+    }
+}
+
+/// One NUMA node: its zones, lowest zone type first.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NodeConfig {
+    /// The node's zones, in ascending zone type order.
+    pub zones: Vec<ZoneConfig>,
+}
+
+/// The whole allocator's configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// log2 of the page size in bytes (12 for 4 KiB).
+    pub page_shift: u8,
+    /// Largest block order (`MAX_PAGE_ORDER`, inclusive).
+    pub max_order: Order,
+    /// Order of a pageblock (`pageblock_order`), at most `max_order`.
+    pub pageblock_order: Order,
+    /// The nodes; node `i` has id `i`.
+    pub nodes: Vec<NodeConfig>,
+    /// `min_free_kbytes`; `None` computes it as Linux does from the zone sizes.
+    pub min_free_kbytes: Option<u64>,
+    /// `watermark_scale_factor` in units of 0.01 % (Linux default 10).
+    pub watermark_scale_factor: u64,
+    /// `lowmem_reserve_ratio` per zone type; 0 disables the reserve for that zone.
+    pub lowmem_reserve_ratio: [u64; MAX_NR_ZONES],
+    /// Group allocations by mobility (migratetypes). Even when `true`, Linux's rule
+    /// disables grouping on zones too small for it.
+    pub mobility_grouping: bool,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            page_shift: 12,
+            max_order: Order(10),
+            pageblock_order: Order(9),
+            nodes: Vec::new(),
+            min_free_kbytes: None,
+            watermark_scale_factor: 10,
+            lowmem_reserve_ratio: [
+                ZoneType::Dma.default_lowmem_reserve_ratio(),
+                ZoneType::Dma32.default_lowmem_reserve_ratio(),
+                ZoneType::Normal.default_lowmem_reserve_ratio(),
+                ZoneType::HighMem.default_lowmem_reserve_ratio(),
+                ZoneType::Movable.default_lowmem_reserve_ratio(),
+            ],
+            mobility_grouping: true,
+        }
+    }
+}
+
+impl Config {
+    /// One node with one zone of `nr_pages` frames starting at `start_pfn`.
+    pub fn single_zone(zone_type: ZoneType, start_pfn: Pfn, nr_pages: u64) -> Config {
+        Config {
+            nodes: alloc::vec![NodeConfig {
+                zones: alloc::vec![ZoneConfig::new(zone_type, start_pfn, nr_pages)],
+            }],
+            ..Config::default()
+        }
+    }
+
+    /// One Normal zone of `bytes` (rounded down to pages) starting at frame 0.
+    pub fn with_bytes(bytes: u64) -> Config {
+        Config::single_zone(ZoneType::Normal, Pfn(0), bytes >> 12)
+    }
+
+    /// Page size in bytes.
+    pub fn page_size(&self) -> u64 {
+        1u64 << self.page_shift
+    }
+
+    /// Frames in a pageblock.
+    pub fn pageblock_nr_pages(&self) -> u64 {
+        self.pageblock_order.nr_pages()
+    }
+
+    /// Checks the configuration for consistency.
+    ///
+    /// # Errors
+    /// A `ConfigError` naming the first problem found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(10..=30).contains(&self.page_shift) {
+            return Err(ConfigError::PageShift(self.page_shift));
+        }
+        if self.max_order.0 > MAX_ORDER_LIMIT {
+            return Err(ConfigError::MaxOrder(self.max_order));
+        }
+        if self.pageblock_order > self.max_order {
+            return Err(ConfigError::PageblockOrder(self.pageblock_order));
+        }
+        if self.nodes.is_empty() || self.nodes.len() > u16::MAX as usize {
+            return Err(ConfigError::NoMemory);
+        }
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let mut populated = 0u64;
+        for (nid, node) in self.nodes.iter().enumerate() {
+            let mut last_type: Option<ZoneType> = None;
+            for z in &node.zones {
+                if last_type.is_some_and(|t| t >= z.zone_type) {
+                    return Err(ConfigError::ZoneOrder { node: nid });
+                }
+                last_type = Some(z.zone_type);
+                if z.spanned_pages >= u32::MAX as u64 {
+                    return Err(ConfigError::ZoneTooLarge {
+                        node: nid,
+                        zone_type: z.zone_type,
+                    });
+                }
+                let end = z.start_pfn.0.checked_add(z.spanned_pages).ok_or(
+                    ConfigError::ZoneTooLarge {
+                        node: nid,
+                        zone_type: z.zone_type,
+                    },
+                )?;
+                let mut holes = 0u64;
+                for &(h, n) in &z.holes {
+                    let hend = h.0.checked_add(n).unwrap_or(u64::MAX);
+                    if h < z.start_pfn || hend > end {
+                        return Err(ConfigError::HoleOutsideZone {
+                            node: nid,
+                            zone_type: z.zone_type,
+                        });
+                    }
+                    holes += n;
+                }
+                if z.spanned_pages > 0 {
+                    ranges.push((z.start_pfn.0, end));
+                    populated += z.spanned_pages.saturating_sub(holes);
+                }
+            }
+        }
+        ranges.sort_unstable();
+        if ranges.windows(2).any(|w| w[0].1 > w[1].0) {
+            return Err(ConfigError::Overlap);
+        }
+        if populated == 0 {
+            return Err(ConfigError::NoMemory);
+        }
+        Ok(())
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Page shift outside 10..=30.
+    PageShift(u8),
+    /// `max_order` above `MAX_ORDER_LIMIT`.
+    MaxOrder(Order),
+    /// `pageblock_order` above `max_order`.
+    PageblockOrder(Order),
+    /// No node, or no frame in any zone.
+    NoMemory,
+    /// A node's zones are not in strictly ascending zone type order.
+    ZoneOrder {
+        /// The node.
+        node: usize,
+    },
+    /// A zone spans `u32::MAX` frames or more, or wraps the frame space.
+    ZoneTooLarge {
+        /// The node.
+        node: usize,
+        /// The zone.
+        zone_type: ZoneType,
+    },
+    /// A hole reaches outside its zone.
+    HoleOutsideZone {
+        /// The node.
+        node: usize,
+        /// The zone.
+        zone_type: ZoneType,
+    },
+    /// Two zones share frames.
+    Overlap,
+    /// The memory backend could not provide memory for the frames.
+    Backend,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::PageShift(s) => write!(f, "page shift {s} outside 10..=30"),
+            ConfigError::MaxOrder(o) => write!(f, "max_order {o} above {MAX_ORDER_LIMIT}"),
+            ConfigError::PageblockOrder(o) => write!(f, "pageblock_order {o} above max_order"),
+            ConfigError::NoMemory => f.write_str("no memory configured"),
+            ConfigError::ZoneOrder { node } => {
+                write!(f, "node {node}: zones not in ascending type order")
+            }
+            ConfigError::ZoneTooLarge { node, zone_type } => {
+                write!(f, "node {node}, zone {zone_type}: too large")
+            }
+            ConfigError::HoleOutsideZone { node, zone_type } => {
+                write!(f, "node {node}, zone {zone_type}: hole outside the zone")
+            }
+            ConfigError::Overlap => f.write_str("zones overlap"),
+            ConfigError::Backend => f.write_str("memory backend failed"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ConfigError {}

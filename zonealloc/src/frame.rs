@@ -1,0 +1,379 @@
+//! Per-frame metadata: the `struct page` analogue, 16 bytes a frame.
+//!
+//! Lowest layer of the allocator. Each zone owns one `PageMeta` per spanned frame,
+//! holes included. A `PageMeta` is three atomics:
+//!
+//! ```text
+//!  word (u64):  | refcount: u32 | flags: u8 | aux: u8 | order: u8 | tag: u8 |
+//!  prev (u32):  frame index of the previous block on the list this head is on
+//!  next (u32):  frame index of the next block (NIL = none)
+//! ```
+//!
+//! Only the first frame of a block (its *head*) carries the block's state; every other
+//! frame of a block is `Tail`. The state machine of a head, with the lock each
+//! transition needs:
+//!
+//! ```text
+//!            alloc (zone lock or pcp lock)          last put (CAS, no lock)
+//!   Buddy ───────────────────────────────► Alloc ─────────────────────────► Frozen
+//!     ▲  ▲                                  ▲                                 │
+//!     │  └── merge/free (zone lock) ────────┼───────────────── Frozen ◄───────┘
+//!     │                                     │ alloc (pcp lock)
+//!     └── drain (pcp lock → zone lock) ─── Pcp ◄── free to pcp (pcp lock) ── Frozen
+//! ```
+//!
+//! * `Hole`: no memory behind the frame; never changes.
+//! * `Tail`: not the head of any block (inside a free or an allocated block).
+//! * `Buddy{order}`: head of a free block on `free_list[order][mt]` of its zone, `mt`
+//!   being its pageblock's type. Changes only under the zone lock.
+//! * `Pcp{order}`: head of a free block on a per-CPU list. Changes only under that
+//!   CPU's pcp lock.
+//! * `Alloc{order, mt}`: head of an allocated block, refcount >= 1. The refcount
+//!   changes without a lock (compare-and-swap on the whole word).
+//! * `Frozen{order}`: refcount reached 0; the thread that won the CAS owns the block
+//!   until it puts it on a list.
+//! * `Bad`: reported bad and taken out of circulation.
+//!
+//! The whole state lives in one 64-bit word so that "check the state, drop the
+//! reference" is a single compare-and-swap: two threads freeing the same block cannot
+//! both win, which is what makes double-free detection exact under concurrency.
+//! The links are written with relaxed stores: they are read and written only by the
+//! holder of the lock of the list the frame is on, which orders them.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::types::{Migratetype, Order};
+
+/// "No frame" in list links.
+pub(crate) const NIL: u32 = u32::MAX;
+
+pub(crate) const TAG_HOLE: u8 = 0;
+pub(crate) const TAG_TAIL: u8 = 1;
+pub(crate) const TAG_BUDDY: u8 = 2;
+pub(crate) const TAG_PCP: u8 = 3;
+pub(crate) const TAG_ALLOC: u8 = 4;
+pub(crate) const TAG_FROZEN: u8 = 5;
+pub(crate) const TAG_BAD: u8 = 6;
+
+/// A decoded copy of a frame's state word.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Word(pub u64);
+
+impl Word {
+    #[inline]
+    pub const fn new(tag: u8, order: u8, aux: u8, refcount: u32) -> Word {
+        Word(tag as u64 | (order as u64) << 8 | (aux as u64) << 16 | (refcount as u64) << 32)
+    }
+    #[inline]
+    pub const fn tag(self) -> u8 {
+        self.0 as u8
+    }
+    #[inline]
+    pub const fn order(self) -> Order {
+        Order((self.0 >> 8) as u8)
+    }
+    #[inline]
+    pub const fn aux(self) -> u8 {
+        (self.0 >> 16) as u8
+    }
+    #[inline]
+    pub const fn refcount(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+    #[inline]
+    pub const fn with_refcount(self, r: u32) -> Word {
+        Word((self.0 & 0xffff_ffff) | (r as u64) << 32)
+    }
+
+    pub const HOLE: Word = Word::new(TAG_HOLE, 0, 0, 0);
+    pub const TAIL: Word = Word::new(TAG_TAIL, 0, 0, 0);
+    pub const BAD: Word = Word::new(TAG_BAD, 0, 0, 0);
+
+    #[inline]
+    pub const fn buddy(order: Order) -> Word {
+        Word::new(TAG_BUDDY, order.0, 0, 0)
+    }
+    #[inline]
+    pub const fn pcp(order: Order, cpu: u8) -> Word {
+        Word::new(TAG_PCP, order.0, cpu, 0)
+    }
+    #[inline]
+    pub const fn alloc(order: Order, mt: Migratetype) -> Word {
+        Word::new(TAG_ALLOC, order.0, mt as u8, 1)
+    }
+    #[inline]
+    pub const fn frozen(order: Order) -> Word {
+        Word::new(TAG_FROZEN, order.0, 0, 0)
+    }
+}
+
+/// What a frame is, as seen through the public API.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum FrameState {
+    /// No memory: a hole in its zone.
+    Hole,
+    /// Not the first frame of a block.
+    Tail,
+    /// Head of a free block on the buddy lists.
+    Free {
+        /// Order of the free block.
+        order: Order,
+    },
+    /// Head of a free block sitting on a per-CPU list.
+    PerCpu {
+        /// Order of the block.
+        order: Order,
+    },
+    /// Head of an allocated block.
+    Allocated {
+        /// Order of the block.
+        order: Order,
+        /// References held.
+        refcount: u32,
+    },
+    /// Head of a block being freed by some thread right now.
+    Frozen {
+        /// Order of the block.
+        order: Order,
+    },
+    /// Reported bad and taken out of circulation.
+    Bad,
+}
+
+impl From<Word> for FrameState {
+    fn from(w: Word) -> FrameState {
+        match w.tag() {
+            TAG_HOLE => FrameState::Hole,
+            TAG_TAIL => FrameState::Tail,
+            TAG_BUDDY => FrameState::Free { order: w.order() },
+            TAG_PCP => FrameState::PerCpu { order: w.order() },
+            TAG_ALLOC => FrameState::Allocated {
+                order: w.order(),
+                refcount: w.refcount(),
+            },
+            TAG_FROZEN => FrameState::Frozen { order: w.order() },
+            _ => FrameState::Bad,
+        }
+    }
+}
+
+/// One frame's metadata. See the module documentation for the layout and states.
+pub(crate) struct PageMeta {
+    pub word: AtomicU64,
+    pub prev: AtomicU32,
+    pub next: AtomicU32,
+}
+
+#[cfg(not(loom))]
+const _: () = assert!(
+    core::mem::size_of::<PageMeta>() <= 16,
+    "PageMeta must stay within 16 bytes"
+);
+
+/// The metadata of every frame of one zone, indexed by `pfn - zone_start_pfn`.
+pub(crate) struct FrameTable {
+    metas: Box<[PageMeta]>,
+}
+
+impl FrameTable {
+    /// A table of `nr` frames, all in state `Tail` with no links.
+    pub fn new(nr: usize) -> FrameTable {
+        let mut v = Vec::with_capacity(nr);
+        v.resize_with(nr, || PageMeta {
+            word: AtomicU64::new(Word::TAIL.0),
+            prev: AtomicU32::new(NIL),
+            next: AtomicU32::new(NIL),
+        });
+        FrameTable {
+            metas: v.into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    /// The state word of frame `idx`.
+    #[inline]
+    pub fn word(&self, idx: u32) -> Word {
+        // Acquire: a reader that sees a state also sees the writes that preceded the
+        // Release that published it (the zeroing of an allocated block, for example).
+        Word(self.metas[idx as usize].word.load(Ordering::Acquire))
+    }
+
+    /// Sets the state word of frame `idx`. Caller owns the frame's state (holds the
+    /// lock of the list it is moving to or from, or won the CAS that froze it).
+    #[inline]
+    pub fn set_word(&self, idx: u32, w: Word) {
+        self.metas[idx as usize].word.store(w.0, Ordering::Release);
+    }
+
+    /// Replaces the state word if it still equals `old`.
+    #[inline]
+    pub fn cas_word(&self, idx: u32, old: Word, new: Word) -> Result<Word, Word> {
+        // AcqRel: the winner sees every write before the state it replaced and
+        // publishes its own; pairs with the Acquire in `word`.
+        self.metas[idx as usize]
+            .word
+            .compare_exchange(old.0, new.0, Ordering::AcqRel, Ordering::Acquire)
+            .map(Word)
+            .map_err(Word)
+    }
+
+    #[inline]
+    pub fn next(&self, idx: u32) -> u32 {
+        // Relaxed: links are only touched under the lock of the list (see module docs).
+        self.metas[idx as usize].next.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub fn prev(&self, idx: u32) -> u32 {
+        self.metas[idx as usize].prev.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub fn set_next(&self, idx: u32, v: u32) {
+        self.metas[idx as usize].next.store(v, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn set_prev(&self, idx: u32, v: u32) {
+        self.metas[idx as usize].prev.store(v, Ordering::Relaxed);
+    }
+
+    /// Hints the processor to bring frame `idx`'s metadata into cache.
+    #[inline]
+    pub fn prefetch(&self, idx: u32) {
+        if let Some(m) = self.metas.get(idx as usize) {
+            prefetch_read(m as *const PageMeta as *const u8);
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(unsafe_code)]
+fn prefetch_read(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: `_mm_prefetch` is a hint; it never faults and reads nothing the program
+    // observes, and SSE is part of the x86-64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = p;
+}
+
+/// An intrusive doubly linked list of block heads, by frame index.
+///
+/// The list head itself is plain data owned by whatever lock protects the list; the
+/// links live in the `FrameTable`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FrameList {
+    pub head: u32,
+    pub tail: u32,
+}
+
+impl FrameList {
+    pub const EMPTY: FrameList = FrameList {
+        head: NIL,
+        tail: NIL,
+    };
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.head == NIL
+    }
+
+    #[inline]
+    pub fn push_head(&mut self, t: &FrameTable, idx: u32) {
+        t.set_prev(idx, NIL);
+        t.set_next(idx, self.head);
+        if self.head == NIL {
+            self.tail = idx;
+        } else {
+            t.set_prev(self.head, idx);
+        }
+        self.head = idx;
+    }
+
+    #[inline]
+    pub fn push_tail(&mut self, t: &FrameTable, idx: u32) {
+        t.set_next(idx, NIL);
+        t.set_prev(idx, self.tail);
+        if self.tail == NIL {
+            self.head = idx;
+        } else {
+            t.set_next(self.tail, idx);
+        }
+        self.tail = idx;
+    }
+
+    #[inline]
+    pub fn unlink(&mut self, t: &FrameTable, idx: u32) {
+        let p = t.prev(idx);
+        let n = t.next(idx);
+        if p == NIL {
+            debug_assert_eq!(self.head, idx);
+            self.head = n;
+        } else {
+            t.set_next(p, n);
+        }
+        if n == NIL {
+            debug_assert_eq!(self.tail, idx);
+            self.tail = p;
+        } else {
+            t.set_prev(n, p);
+        }
+        t.set_prev(idx, NIL);
+        t.set_next(idx, NIL);
+    }
+
+    /// Iterates the heads on the list, first to last.
+    pub fn iter<'a>(&self, t: &'a FrameTable) -> impl Iterator<Item = u32> + 'a {
+        let mut cur = self.head;
+        core::iter::from_fn(move || {
+            if cur == NIL {
+                None
+            } else {
+                let c = cur;
+                cur = t.next(c);
+                Some(c)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn word_round_trips_its_fields() {
+        let w = Word::new(TAG_ALLOC, 9, 2, 7);
+        assert_eq!(w.tag(), TAG_ALLOC);
+        assert_eq!(w.order(), Order(9));
+        assert_eq!(w.aux(), 2);
+        assert_eq!(w.refcount(), 7);
+        assert_eq!(w.with_refcount(1).refcount(), 1);
+        assert_eq!(w.with_refcount(1).order(), Order(9));
+    }
+
+    #[test]
+    fn list_push_and_unlink_keep_links_consistent() {
+        let t = FrameTable::new(8);
+        let mut l = FrameList::EMPTY;
+        l.push_head(&t, 3);
+        l.push_tail(&t, 5);
+        l.push_head(&t, 1);
+        assert_eq!(l.iter(&t).collect::<Vec<_>>(), [1, 3, 5]);
+        l.unlink(&t, 3);
+        assert_eq!(l.iter(&t).collect::<Vec<_>>(), [1, 5]);
+        l.unlink(&t, 1);
+        l.unlink(&t, 5);
+        assert!(l.is_empty());
+        assert_eq!(l.tail, NIL);
+    }
+}

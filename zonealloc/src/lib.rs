@@ -1,0 +1,79 @@
+//! zonealloc: the Linux zoned buddy page allocator as a Rust library.
+//!
+//! zonealloc manages *page frames*: numbered, page-sized units of memory grouped into
+//! zones on nodes, as Linux's `mm/page_alloc.c` does. It hands out naturally aligned
+//! blocks of `2^order` frames from per-zone buddy free lists, groups pageblocks by
+//! mobility (migratetypes) to fight fragmentation, keeps Linux's watermarks and
+//! reserves, and reports its state in the kernel's own `/proc` formats from counters
+//! that need no lock.
+//!
+//! The frames can be abstract (device memory, guest frames: `AbstractFrames`) or real
+//! pages of an mmap'd arena (`Arena`, with the `std` feature). Without `std` the core
+//! builds for kernels, needing only `alloc`.
+//!
+//! ```
+//! use zonealloc::{Config, Gfp, Order, ZoneAllocator};
+//!
+//! let za = ZoneAllocator::new(Config::with_bytes(256 << 20)).unwrap();
+//! let pfn = za.alloc_pages(Gfp::KERNEL, Order(0)).unwrap();
+//! za.free_pages(pfn, Order(0)).unwrap();
+//! // A second free of the same block is refused and changes nothing.
+//! assert!(za.free_pages(pfn, Order(0)).is_err());
+//! print!("{}", za.buddyinfo());
+//! ```
+//!
+//! # Layers, one module each, following the allocation path
+//!
+//! | module | layer |
+//! |---|---|
+//! | `frame` | per-frame metadata (16 bytes), the frame state machine, intrusive lists |
+//! | `pageblock` | pageblock migratetypes and isolation |
+//! | `zone` | a zone: its lock, free lists, counters, watermark checks |
+//! | `buddy` | split, merge, fallback, highatomic reserves (zone lock held) |
+//! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
+//! | `stats` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices |
+//! | `check` | `check_invariants()` |
+//! | `backend`, `arena` | what stands behind the frames |
+
+#![cfg_attr(not(feature = "std"), no_std)]
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+
+extern crate alloc;
+#[cfg(feature = "std")]
+extern crate std;
+
+mod allocator;
+#[cfg(feature = "std")]
+mod arena;
+mod backend;
+mod buddy;
+mod check;
+mod config;
+mod error;
+mod frame;
+mod gfp;
+mod owned;
+mod pageblock;
+mod stats;
+mod sync;
+mod types;
+mod zone;
+
+pub use allocator::ZoneAllocator;
+#[cfg(feature = "std")]
+pub use arena::{Arena, ArenaOptions};
+pub use backend::{AbstractFrames, Backend};
+pub use check::{InvariantReport, InvariantViolation};
+pub use config::{Config, ConfigError, NodeConfig, ZoneConfig};
+pub use error::{AllocError, FreeError};
+pub use frame::FrameState;
+pub use gfp::Gfp;
+pub use owned::PageBlock;
+pub use stats::{
+    fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,
+    PagesetInfo, VmStat, ZoneFreeCounts, ZoneInfo, ZoneInfoZone, PAGETYPEINFO_WALK_CAP,
+};
+pub use types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_ORDER_LIMIT, MIGRATE_TYPES};
+pub use zone::chunks;

@@ -1,0 +1,122 @@
+//! Pageblocks: the migratetype of each `pageblock_nr_pages`-aligned group of frames.
+//!
+//! Layer above the frame table, below the buddy lists. Each pageblock has one byte:
+//!
+//! ```text
+//!  bit 0-2: migratetype (Unmovable, Movable, Reclaimable, HighAtomic)
+//!  bit 3:   isolated (Linux 6.16's standalone PB_migrate_isolate: un-isolating
+//!           restores the type underneath)
+//!  bit 4:   counted: the block's probe frame (`zone_start + k * pageblock_nr_pages`)
+//!           lies in the zone and is not a hole, so /proc/pagetypeinfo's
+//!           "Number of blocks type" section counts it
+//!  bit 5:   whole: every frame of the block lies inside the zone (blocks straddling
+//!           a zone edge are never moved between types wholesale)
+//! ```
+//!
+//! Reads are lockless (a stale read is tolerated and re-read under the zone lock where
+//! it matters, as in Linux); writes happen under the zone lock, which also keeps the
+//! per-type block counters that pagetypeinfo prints without walking anything.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use crate::sync::{AtomicU8, Ordering};
+use crate::types::{Migratetype, Pfn};
+
+const MT_MASK: u8 = 0x7;
+const ISOLATE: u8 = 0x8;
+pub(crate) const COUNTED: u8 = 0x10;
+pub(crate) const WHOLE: u8 = 0x20;
+
+/// The pageblock bytes of one zone.
+pub(crate) struct PageblockTable {
+    /// `pfn >> pageblock_order` of the zone's first block.
+    first_block: u64,
+    shift: u8,
+    bytes: Box<[AtomicU8]>,
+}
+
+impl PageblockTable {
+    /// All blocks `Movable` (as Linux's memmap init leaves them); `flags[i]` supplies
+    /// the COUNTED/WHOLE bits of block `i`.
+    pub fn new(first_block: u64, shift: u8, flags: impl Iterator<Item = u8>) -> PageblockTable {
+        let v: Vec<AtomicU8> = flags
+            .map(|f| AtomicU8::new(f | Migratetype::Movable as u8))
+            .collect();
+        PageblockTable {
+            first_block,
+            shift,
+            bytes: v.into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    pub fn index(&self, pfn: Pfn) -> usize {
+        ((pfn.0 >> self.shift) - self.first_block) as usize
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    #[inline]
+    pub fn first_pfn_of(&self, idx: usize) -> Pfn {
+        Pfn((self.first_block + idx as u64) << self.shift)
+    }
+
+    #[inline]
+    pub fn raw(&self, idx: usize) -> u8 {
+        // Relaxed: pageblock bytes are advisory outside the zone lock and
+        // authoritative under it, where the lock orders them.
+        self.bytes[idx].load(Ordering::Relaxed)
+    }
+
+    /// The effective migratetype: `Isolate` if isolated, else the stored type.
+    #[inline]
+    pub fn migratetype(&self, pfn: Pfn) -> Migratetype {
+        decode(self.raw(self.index(pfn)))
+    }
+
+    /// The stored type, ignoring isolation.
+    #[inline]
+    pub fn base_migratetype(&self, pfn: Pfn) -> Migratetype {
+        Migratetype::from_idx((self.raw(self.index(pfn)) & MT_MASK) as usize)
+            .unwrap_or(Migratetype::Movable)
+    }
+
+    #[inline]
+    pub fn flags(&self, pfn: Pfn) -> u8 {
+        self.raw(self.index(pfn))
+    }
+
+    /// Sets the type (or isolation, for `Isolate`) of the block holding `pfn` and
+    /// returns the effective type before and after. Caller holds the zone lock.
+    pub fn set_locked(&self, pfn: Pfn, mt: Migratetype) -> (Migratetype, Migratetype) {
+        let i = self.index(pfn);
+        let old = self.raw(i);
+        let new = match mt {
+            Migratetype::Isolate => old | ISOLATE,
+            _ => (old & !(MT_MASK | ISOLATE)) | mt as u8,
+        };
+        self.bytes[i].store(new, Ordering::Relaxed);
+        (decode(old), decode(new))
+    }
+
+    /// Clears the isolation of the block holding `pfn`; returns the restored type.
+    pub fn unisolate_locked(&self, pfn: Pfn) -> Migratetype {
+        let i = self.index(pfn);
+        let new = self.raw(i) & !ISOLATE;
+        self.bytes[i].store(new, Ordering::Relaxed);
+        decode(new)
+    }
+}
+
+#[inline]
+fn decode(b: u8) -> Migratetype {
+    if b & ISOLATE != 0 {
+        Migratetype::Isolate
+    } else {
+        Migratetype::from_idx((b & MT_MASK) as usize).unwrap_or(Migratetype::Movable)
+    }
+}

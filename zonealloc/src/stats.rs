@@ -1,0 +1,533 @@
+//! Statistics in the kernel's own formats, read from counters without the zone lock.
+//!
+//! Top layer, read-only. `buddyinfo()`, `pagetypeinfo()`, `zoneinfo()` and `vmstat()`
+//! return typed values whose `Display` writes `/proc/buddyinfo`, `/proc/pagetypeinfo`,
+//! `/proc/zoneinfo` and `/proc/vmstat` byte for byte as Linux lays them out.
+//!
+//! They are built from the per-(order, migratetype) free-block counters kept on every
+//! list add and remove (the design of seed 004), so they cost O(zones x orders x types)
+//! and never take the zone lock. Each zone's counters are read inside its sequence
+//! counter's read section and re-read if a writer overlapped, so a snapshot is never
+//! torn by a concurrent merge. Linux's way, walking the lists under the zone lock, is
+//! kept as `pagetypeinfo_walked()`: a validator, and the "before" of seed 004.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt::{self, Write};
+
+use crate::allocator::ZoneAllocator;
+use crate::backend::Backend;
+use crate::sync::Ordering;
+use crate::types::{Migratetype, Order, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
+use crate::zone::{counter, Zone, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO};
+
+/// Linux caps each pagetypeinfo list walk at this many entries.
+pub const PAGETYPEINFO_WALK_CAP: u64 = 100_000;
+
+/// A consistent copy of one zone's free-list counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneFreeCounts {
+    /// The zone.
+    pub id: ZoneId,
+    /// Free blocks per order (index) and migratetype (inner index).
+    pub nr_free: Vec<[u64; MIGRATE_TYPES]>,
+    /// Counted pageblocks per migratetype.
+    pub nr_blocks: [u64; MIGRATE_TYPES],
+    /// Free pages, isolated ones excluded (`NR_FREE_PAGES`).
+    pub nr_free_pages: u64,
+    /// Free pages in blocks of at least pageblock order (`NR_FREE_PAGES_BLOCKS`).
+    pub nr_free_pages_blocks: u64,
+    /// Free pages on HighAtomic lists.
+    pub nr_free_highatomic: u64,
+    /// Pages reserved as HighAtomic pageblocks.
+    pub nr_reserved_highatomic: u64,
+}
+
+impl ZoneFreeCounts {
+    /// Free blocks of `order`, every type.
+    pub fn blocks_at(&self, order: usize) -> u64 {
+        self.nr_free[order].iter().sum()
+    }
+}
+
+/// Reads a zone's counters inside a sequence-counter read section.
+pub(crate) fn snapshot(z: &Zone) -> ZoneFreeCounts {
+    let c = &z.counters;
+    let orders = z.max_order.idx() + 1;
+    loop {
+        let s = z.seq.read_begin();
+        let snap = ZoneFreeCounts {
+            id: z.id,
+            nr_free: (0..orders)
+                .map(|o| core::array::from_fn(|mt| counter(&c.nr_free[o][mt])))
+                .collect(),
+            nr_blocks: core::array::from_fn(|mt| counter(&c.nr_blocks[mt])),
+            nr_free_pages: counter(&c.nr_free_pages),
+            nr_free_pages_blocks: counter(&c.nr_free_pages_blocks),
+            nr_free_highatomic: counter(&c.nr_free_highatomic),
+            nr_reserved_highatomic: counter(&c.nr_reserved_highatomic),
+        };
+        if !z.seq.read_retry(s) {
+            return snap;
+        }
+    }
+}
+
+/// `/proc/buddyinfo`: free blocks per order for each populated zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuddyInfo {
+    /// One entry per populated zone: the zone and its free blocks per order.
+    pub zones: Vec<(ZoneId, Vec<u64>)>,
+}
+
+impl fmt::Display for BuddyInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (id, counts) in &self.zones {
+            write!(f, "Node {}, zone {:>8} ", id.node, id.zone_type.name())?;
+            for c in counts {
+                write!(f, "{c:>6} ")?;
+            }
+            f.write_char('\n')?;
+        }
+        Ok(())
+    }
+}
+
+/// `/proc/pagetypeinfo`: free blocks per order and migratetype, pageblocks per type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageTypeInfo {
+    /// `pageblock_order`.
+    pub pageblock_order: Order,
+    /// One entry per populated zone.
+    pub zones: Vec<ZoneFreeCounts>,
+    /// Counts that hit Linux's walk cap (only from `pagetypeinfo_walked`): printed
+    /// with a `>` prefix.
+    pub capped: Vec<(usize, usize, usize)>,
+}
+
+impl fmt::Display for PageTypeInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let orders = self.zones.first().map_or(0, |z| z.nr_free.len());
+        writeln!(f, "Page block order: {}", self.pageblock_order.0)?;
+        writeln!(f, "Pages per block:  {}", self.pageblock_order.nr_pages())?;
+        writeln!(f)?;
+        write!(f, "{:<43} ", "Free pages count per migrate type at order")?;
+        for o in 0..orders {
+            write!(f, "{o:>6} ")?;
+        }
+        writeln!(f)?;
+        for (zi, z) in self.zones.iter().enumerate() {
+            for mt in Migratetype::ALL {
+                write!(
+                    f,
+                    "Node {:>4}, zone {:>8}, type {:>12} ",
+                    z.id.node,
+                    z.id.zone_type.name(),
+                    mt.name()
+                )?;
+                for (o, counts) in z.nr_free.iter().enumerate() {
+                    let capped = self.capped.contains(&(zi, o, mt.idx()));
+                    write!(
+                        f,
+                        "{}{:>6} ",
+                        if capped { ">" } else { "" },
+                        counts[mt.idx()]
+                    )?;
+                }
+                writeln!(f)?;
+            }
+        }
+        write!(f, "\n{:<23}", "Number of blocks type ")?;
+        for mt in Migratetype::ALL {
+            write!(f, "{:>12} ", mt.name())?;
+        }
+        writeln!(f)?;
+        for z in &self.zones {
+            write!(f, "Node {}, zone {:>8} ", z.id.node, z.id.zone_type.name())?;
+            for n in z.nr_blocks {
+                write!(f, "{n:>12} ")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+/// One CPU's per-CPU list figures in `/proc/zoneinfo`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PagesetInfo {
+    /// CPU number.
+    pub cpu: usize,
+    /// Pages on the CPU's lists.
+    pub count: u64,
+    /// Current high mark.
+    pub high: u64,
+    /// Refill and drain batch.
+    pub batch: u64,
+    /// Lower bound of the auto-tuned high mark.
+    pub high_min: u64,
+    /// Upper bound of the auto-tuned high mark.
+    pub high_max: u64,
+    /// vmstat threshold (per-CPU counter fold threshold).
+    pub stat_threshold: u64,
+}
+
+/// One zone of `/proc/zoneinfo`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneInfoZone {
+    /// The zone.
+    pub id: ZoneId,
+    /// Free pages (`pages free`).
+    pub free: u64,
+    /// Watermark boost (always 0: there is no kswapd to reset a boost).
+    pub boost: u64,
+    /// `[min, low, high, promo]` watermarks.
+    pub watermarks: [u64; 4],
+    /// Spanned frames, holes included.
+    pub spanned: u64,
+    /// Present frames.
+    pub present: u64,
+    /// Managed frames.
+    pub managed: u64,
+    /// `lowmem_reserve[]` ("protection").
+    pub protection: [u64; MAX_NR_ZONES],
+    /// Zone counters printed as `nr_*` lines, in Linux's order.
+    pub counters: Vec<(&'static str, u64)>,
+    /// Per-CPU list figures.
+    pub pagesets: Vec<PagesetInfo>,
+    /// First frame.
+    pub start_pfn: u64,
+}
+
+/// `/proc/zoneinfo`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneInfo {
+    /// Every zone, populated or not, node by node.
+    pub zones: Vec<ZoneInfoZone>,
+}
+
+impl fmt::Display for ZoneInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for z in &self.zones {
+            write!(f, "Node {}, zone {:>8}", z.id.node, z.id.zone_type.name())?;
+            write!(f, "\n  pages free     {}", z.free)?;
+            write!(f, "\n        boost    {}", z.boost)?;
+            write!(f, "\n        min      {}", z.watermarks[0])?;
+            write!(f, "\n        low      {}", z.watermarks[1])?;
+            write!(f, "\n        high     {}", z.watermarks[2])?;
+            write!(f, "\n        promo    {}", z.watermarks[3])?;
+            write!(f, "\n        spanned  {}", z.spanned)?;
+            write!(f, "\n        present  {}", z.present)?;
+            write!(f, "\n        managed  {}", z.managed)?;
+            write!(f, "\n        cma      {}", 0)?;
+            write!(f, "\n        protection: ({}", z.protection[0])?;
+            for p in &z.protection[1..] {
+                write!(f, ", {p}")?;
+            }
+            f.write_char(')')?;
+            if z.present == 0 {
+                f.write_char('\n')?;
+                continue;
+            }
+            for (name, v) in &z.counters {
+                write!(f, "\n      {name:<12} {v}")?;
+            }
+            write!(f, "\n  pagesets")?;
+            for p in &z.pagesets {
+                write!(f, "\n    cpu: {}", p.cpu)?;
+                write!(f, "\n              count:    {}", p.count)?;
+                write!(f, "\n              high:     {}", p.high)?;
+                write!(f, "\n              batch:    {}", p.batch)?;
+                write!(f, "\n              high_min: {}", p.high_min)?;
+                write!(f, "\n              high_max: {}", p.high_max)?;
+                write!(f, "\n  vm stats threshold: {}", p.stat_threshold)?;
+            }
+            write!(f, "\n  node_unreclaimable:  {}", 0)?;
+            write!(f, "\n  start_pfn:           {}", z.start_pfn)?;
+            f.write_char('\n')?;
+        }
+        Ok(())
+    }
+}
+
+/// `/proc/vmstat`: `name value` lines, the kernel's names in the kernel's order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmStat {
+    /// The counters.
+    pub entries: Vec<(String, u64)>,
+}
+
+impl VmStat {
+    /// The value of counter `name`.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.entries.iter().find(|(n, _)| n == name).map(|e| e.1)
+    }
+}
+
+impl fmt::Display for VmStat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (n, v) in &self.entries {
+            writeln!(f, "{n} {v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Fragmentation indices per order (debugfs `extfrag/unusable_index` and
+/// `extfrag/extfrag_index`), in thousandths.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FragmentationIndex {
+    /// One entry per populated zone: the zone and its index per order.
+    pub zones: Vec<(ZoneId, Vec<i64>)>,
+    /// Whether this is the extfrag index (printed `%2d.%03d`) rather than the
+    /// unusable free space index (`%d.%03d`).
+    pub extfrag: bool,
+}
+
+impl fmt::Display for FragmentationIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (id, idx) in &self.zones {
+            write!(f, "Node {}, zone {:>8} ", id.node, id.zone_type.name())?;
+            for &i in idx {
+                // Linux prints index / 1000 and index % 1000 with C's truncating
+                // division, so -1000 reads "-1.000".
+                if self.extfrag {
+                    write!(f, "{:>2}.{:03} ", i / 1000, (i % 1000).abs())?;
+                } else {
+                    write!(f, "{}.{:03} ", i / 1000, (i % 1000).abs())?;
+                }
+            }
+            f.write_char('\n')?;
+        }
+        Ok(())
+    }
+}
+
+/// `fill_contig_page_info()` for one order from a zone's counters:
+/// `(free_pages, free_blocks_total, free_blocks_suitable)`.
+pub fn contig_page_info(nr_free_by_order: &[u64], order: usize) -> (u64, u64, u64) {
+    let mut free_pages = 0;
+    let mut total = 0;
+    let mut suitable = 0;
+    for (o, &n) in nr_free_by_order.iter().enumerate() {
+        total += n;
+        free_pages += n << o;
+        if o >= order {
+            suitable += n << (o - order);
+        }
+    }
+    (free_pages, total, suitable)
+}
+
+/// `unusable_free_index()`: thousandths of free memory unusable for `order`.
+pub fn unusable_free_index(nr_free_by_order: &[u64], order: usize) -> i64 {
+    let (free, _, suitable) = contig_page_info(nr_free_by_order, order);
+    if free == 0 {
+        return 1000;
+    }
+    ((free - (suitable << order)) * 1000 / free) as i64
+}
+
+/// `__fragmentation_index()`: toward 0, a failure at `order` would be for lack of
+/// memory; toward 1000, for fragmentation; -1000 if a suitable block exists.
+pub fn fragmentation_index(nr_free_by_order: &[u64], order: usize) -> i64 {
+    let (free, total, suitable) = contig_page_info(nr_free_by_order, order);
+    if total == 0 {
+        return 0;
+    }
+    if suitable > 0 {
+        return -1000;
+    }
+    let requested = 1u64 << order;
+    1000 - ((1000 + free * 1000 / requested) / total) as i64
+}
+
+impl<B: Backend> ZoneAllocator<B> {
+    fn populated(&self) -> impl Iterator<Item = &Zone> {
+        self.zones.iter().filter(|z| z.present > 0)
+    }
+
+    /// A consistent copy of every populated zone's free-list counters, lock-free.
+    pub fn free_counts(&self) -> Vec<ZoneFreeCounts> {
+        self.populated().map(snapshot).collect()
+    }
+
+    /// `/proc/buddyinfo`, from the counters, without the zone lock.
+    pub fn buddyinfo(&self) -> BuddyInfo {
+        BuddyInfo {
+            zones: self
+                .populated()
+                .map(|z| {
+                    let s = snapshot(z);
+                    let per_order = (0..s.nr_free.len()).map(|o| s.blocks_at(o)).collect();
+                    (z.id, per_order)
+                })
+                .collect(),
+        }
+    }
+
+    /// `/proc/pagetypeinfo`, from the counters, without the zone lock: O(zones x
+    /// orders x types).
+    pub fn pagetypeinfo(&self) -> PageTypeInfo {
+        PageTypeInfo {
+            pageblock_order: self.config.pageblock_order,
+            zones: self.free_counts(),
+            capped: Vec::new(),
+        }
+    }
+
+    /// `/proc/pagetypeinfo` the way Linux builds it: walking every free list under
+    /// the zone lock, one order per lock hold, each walk capped at 100,000 entries;
+    /// pageblocks counted by reading every block's type. Cost: O(free blocks +
+    /// pageblocks), with the zone lock held. Kept as a validator of the counters and
+    /// as the "before" of seed 004's benchmark.
+    pub fn pagetypeinfo_walked(&self) -> PageTypeInfo {
+        let mut zones = Vec::new();
+        let mut capped = Vec::new();
+        for (zi, z) in self.populated().enumerate() {
+            let orders = z.max_order.idx() + 1;
+            let mut nr_free = alloc::vec![[0u64; MIGRATE_TYPES]; orders];
+            for (o, row) in nr_free.iter_mut().enumerate() {
+                let zl = z.lock();
+                for mt in 0..MIGRATE_TYPES {
+                    let mut n = 0;
+                    for _ in zl.area.lists[o][mt].iter(&z.frames) {
+                        n += 1;
+                        if n >= PAGETYPEINFO_WALK_CAP {
+                            capped.push((zi, o, mt));
+                            break;
+                        }
+                    }
+                    row[mt] = n;
+                }
+            }
+            let mut nr_blocks = [0u64; MIGRATE_TYPES];
+            let pb_nr = z.pageblock_order.nr_pages();
+            let mut p = z.start_pfn;
+            while p < z.end_pfn() {
+                let pfn = crate::types::Pfn(p);
+                if z.frames.word(z.idx(pfn)).tag() != crate::frame::TAG_HOLE {
+                    nr_blocks[z.blocks.migratetype(pfn).idx()] += 1;
+                }
+                p += pb_nr;
+            }
+            let s = snapshot(z);
+            zones.push(ZoneFreeCounts {
+                nr_free,
+                nr_blocks,
+                ..s
+            });
+        }
+        PageTypeInfo {
+            pageblock_order: self.config.pageblock_order,
+            zones,
+            capped,
+        }
+    }
+
+    /// `/proc/zoneinfo` for every zone, populated or not.
+    pub fn zoneinfo(&self) -> ZoneInfo {
+        ZoneInfo {
+            zones: self
+                .zones
+                .iter()
+                .map(|z| {
+                    let s = snapshot(z);
+                    ZoneInfoZone {
+                        id: z.id,
+                        free: s.nr_free_pages,
+                        boost: 0,
+                        watermarks: [
+                            z.wmark(WMARK_MIN),
+                            z.wmark(WMARK_LOW),
+                            z.wmark(WMARK_HIGH),
+                            z.wmark(WMARK_PROMO),
+                        ],
+                        spanned: z.spanned,
+                        present: z.present,
+                        managed: z.managed,
+                        protection: core::array::from_fn(|j| {
+                            z.lowmem_reserve[j].load(Ordering::Relaxed)
+                        }),
+                        counters: alloc::vec![
+                            ("nr_free_pages", s.nr_free_pages),
+                            ("nr_free_pages_blocks", s.nr_free_pages_blocks),
+                            ("nr_free_cma", 0),
+                        ],
+                        pagesets: self.pagesets(z),
+                        start_pfn: z.start_pfn,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    /// Per-CPU list figures of a zone (none until per-CPU lists exist).
+    fn pagesets(&self, _z: &Zone) -> Vec<PagesetInfo> {
+        Vec::new()
+    }
+
+    /// `/proc/vmstat`: the counters this allocator keeps, under the kernel's names.
+    pub fn vmstat(&self) -> VmStat {
+        let mut free = 0;
+        let mut blocks = 0;
+        let mut pgalloc = [0u64; MAX_NR_ZONES];
+        let mut pgfree = 0;
+        for z in self.zones.iter() {
+            let s = snapshot(z);
+            free += s.nr_free_pages;
+            blocks += s.nr_free_pages_blocks;
+            pgalloc[z.zone_type().idx()] += z.events.pgalloc.load(Ordering::Relaxed);
+            pgfree += z.events.pgfree.load(Ordering::Relaxed);
+        }
+        let mut entries: Vec<(String, u64)> = alloc::vec![
+            ("nr_free_pages".into(), free),
+            ("nr_free_pages_blocks".into(), blocks),
+            ("nr_free_cma".into(), 0),
+        ];
+        for t in ZoneType::ALL {
+            if self.zones.iter().any(|z| z.zone_type() == t) {
+                entries.push((
+                    alloc::format!("pgalloc_{}", t.vmstat_name()),
+                    pgalloc[t.idx()],
+                ));
+            }
+        }
+        entries.push(("pgfree".into(), pgfree));
+        VmStat { entries }
+    }
+
+    /// Unusable free space index per order for every populated zone.
+    pub fn unusable_index(&self) -> FragmentationIndex {
+        self.frag_index(false)
+    }
+
+    /// Extfrag (fragmentation) index per order for every populated zone.
+    pub fn extfrag_index(&self) -> FragmentationIndex {
+        self.frag_index(true)
+    }
+
+    fn frag_index(&self, extfrag: bool) -> FragmentationIndex {
+        FragmentationIndex {
+            extfrag,
+            zones: self
+                .populated()
+                .map(|z| {
+                    let s = snapshot(z);
+                    let per_order: Vec<u64> =
+                        (0..s.nr_free.len()).map(|o| s.blocks_at(o)).collect();
+                    let idx = (0..per_order.len())
+                        .map(|o| {
+                            if extfrag {
+                                fragmentation_index(&per_order, o)
+                            } else {
+                                unusable_free_index(&per_order, o)
+                            }
+                        })
+                        .collect();
+                    (z.id, idx)
+                })
+                .collect(),
+        }
+    }
+}

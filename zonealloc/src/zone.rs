@@ -1,0 +1,449 @@
+//! Zones: a range of frames with its own free lists, lock, watermarks and counters.
+//!
+//! A `Zone` owns the frame table and the pageblock table of its frames. Everything
+//! the buddy algorithm changes lives behind `Zone::lock()`, which returns a
+//! `ZoneLocked` guard: the proof token every `_locked` function takes. The guard also
+//! brackets each critical section with the zone's sequence counter, so statistics can
+//! be read from the counters without the lock and still never see a half-done merge.
+//!
+//! Counters that readers see (`nr_free[order][mt]`, free pages, pageblocks per type)
+//! are atomics written only under the zone lock with relaxed stores; the sequence
+//! counter orders them for readers.
+
+use crate::config::ZoneConfig;
+use crate::frame::{FrameList, FrameTable, Word, TAG_HOLE};
+use crate::gfp::AllocFlags;
+use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
+use crate::sync::{AtomicU64, AtomicU8, Lock, LockGuard, Ordering, SeqCount};
+use crate::types::{
+    Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES, MIGRATE_TYPES,
+    NR_ORDERS_MAX,
+};
+
+/// Watermark indices (`enum zone_watermarks`).
+pub(crate) const WMARK_MIN: usize = 0;
+pub(crate) const WMARK_LOW: usize = 1;
+pub(crate) const WMARK_HIGH: usize = 2;
+pub(crate) const WMARK_PROMO: usize = 3;
+
+/// Zone flag: the last allocation found the zone below its high watermark.
+pub(crate) const ZONE_BELOW_HIGH: u8 = 1;
+
+/// Adds `d` to a counter that only the zone-lock holder writes.
+#[inline]
+pub(crate) fn counter_add(c: &AtomicU64, d: i64) {
+    // Relaxed load and store: the zone lock serialises writers, and lock-free readers
+    // validate with the zone's SeqCount.
+    let v = c.load(Ordering::Relaxed);
+    c.store(v.wrapping_add(d as u64), Ordering::Relaxed);
+}
+
+/// Reads a counter (relaxed: see `counter_add`).
+#[inline]
+pub(crate) fn counter(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+fn atomic_array<const N: usize>() -> [AtomicU64; N] {
+    core::array::from_fn(|_| AtomicU64::new(0))
+}
+
+/// The zone's buddy lists. Protected by the zone lock.
+///
+/// Invariant: frame `h` is on `lists[o][mt]` iff its state is `Buddy{o}`, it is
+/// aligned to `o`, and its pageblock's effective type is `mt`; bit `o` of
+/// `nonempty[mt]` is set iff `lists[o][mt]` is not empty.
+pub(crate) struct FreeArea {
+    pub lists: [[FrameList; MIGRATE_TYPES]; NR_ORDERS_MAX],
+    pub nonempty: [u32; MIGRATE_TYPES],
+    /// Pages in pageblocks currently reserved as HighAtomic (`nr_reserved_highatomic`).
+    pub nr_reserved_highatomic: u64,
+}
+
+/// Counters readable without the zone lock.
+pub(crate) struct ZoneCounters {
+    /// Free blocks per (order, migratetype): seed 004's counters.
+    pub nr_free: [[AtomicU64; MIGRATE_TYPES]; NR_ORDERS_MAX],
+    /// `NR_FREE_PAGES`: free pages on the buddy lists, isolated ones excluded.
+    pub nr_free_pages: AtomicU64,
+    /// Free pages on HighAtomic lists.
+    pub nr_free_highatomic: AtomicU64,
+    /// `NR_FREE_PAGES_BLOCKS`: free pages in blocks of pageblock order or more.
+    pub nr_free_pages_blocks: AtomicU64,
+    /// Counted pageblocks per effective migratetype.
+    pub nr_blocks: [AtomicU64; MIGRATE_TYPES],
+    /// Mirror of `FreeArea::nr_reserved_highatomic` for lock-free readers.
+    pub nr_reserved_highatomic: AtomicU64,
+}
+
+/// Event counters (vmstat events). Relaxed `fetch_add`: exact totals, no ordering.
+pub(crate) struct ZoneEvents {
+    /// `pgalloc_<zone>`: pages allocated.
+    pub pgalloc: AtomicU64,
+    /// `pgfree`: pages freed into the allocator (to the buddy or a per-CPU list).
+    pub pgfree: AtomicU64,
+    /// Fallbacks that took memory from another migratetype (`mm_page_alloc_extfrag`).
+    pub extfrag: AtomicU64,
+    /// Pageblocks claimed wholesale by a fallback.
+    pub claims: AtomicU64,
+    /// Highatomic pageblocks reserved and released.
+    pub highatomic_reserve: AtomicU64,
+    pub highatomic_unreserve: AtomicU64,
+    /// Allocations that failed in this zone's watermark check.
+    pub wmark_fail: AtomicU64,
+}
+
+impl ZoneEvents {
+    #[inline]
+    pub fn inc(c: &AtomicU64, n: u64) {
+        // Relaxed: an event count needs atomicity, not ordering.
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// One zone.
+pub(crate) struct Zone {
+    pub id: ZoneId,
+    /// Index of this zone in the allocator's zone array.
+    pub index: usize,
+    pub start_pfn: u64,
+    pub spanned: u64,
+    pub present: u64,
+    pub managed: u64,
+    pub max_order: Order,
+    pub pageblock_order: Order,
+    /// Linux's `page_group_by_mobility_disabled`, per zone here.
+    pub mobility_disabled: bool,
+    pub frames: FrameTable,
+    pub blocks: PageblockTable,
+    free: Lock<FreeArea>,
+    pub seq: SeqCount,
+    pub counters: ZoneCounters,
+    pub events: ZoneEvents,
+    /// min, low, high, promo (pages).
+    pub watermark: [AtomicU64; 4],
+    /// Pages this zone keeps back from requests whose highest zone is `j`.
+    pub lowmem_reserve: [AtomicU64; MAX_NR_ZONES],
+    pub flags: AtomicU8,
+}
+
+/// Proof that the zone lock is held; gives access to the free lists.
+pub(crate) struct ZoneLocked<'a> {
+    pub zone: &'a Zone,
+    pub area: LockGuard<'a, FreeArea>,
+}
+
+impl Drop for ZoneLocked<'_> {
+    fn drop(&mut self) {
+        // Runs before `area` (the lock guard) is dropped: the write section closes
+        // while the lock is still held.
+        self.zone.seq.write_end();
+    }
+}
+
+impl Zone {
+    /// Builds a zone with every present frame free, at the largest orders the layout
+    /// allows. Cost: linear in the spanned frames.
+    pub fn new(
+        id: ZoneId,
+        index: usize,
+        zc: &ZoneConfig,
+        max_order: Order,
+        pageblock_order: Order,
+        mobility_grouping: bool,
+    ) -> Zone {
+        let start = zc.start_pfn.0;
+        let spanned = zc.spanned_pages;
+        let end = start + spanned;
+        let frames = FrameTable::new(spanned as usize);
+        let mut holes = 0u64;
+        for &(h, n) in &zc.holes {
+            for p in h.0..h.0 + n {
+                let i = (p - start) as u32;
+                if frames.word(i).tag() != TAG_HOLE {
+                    holes += 1;
+                    frames.set_word(i, Word::HOLE);
+                }
+            }
+        }
+        let present = spanned - holes;
+        let pb = pageblock_order.0;
+        let pb_nr = 1u64 << pb;
+        let (first_block, nr_blocks) = if spanned == 0 {
+            (start >> pb, 0)
+        } else {
+            (start >> pb, ((end - 1) >> pb) - (start >> pb) + 1)
+        };
+        let offset = start & (pb_nr - 1);
+        let is_hole = |p: u64| frames.word((p - start) as u32).tag() == TAG_HOLE;
+        let block_flags = (0..nr_blocks).map(|k| {
+            let b = first_block + k;
+            let bstart = b << pb;
+            let bend = bstart + pb_nr;
+            let probe = bstart + offset;
+            let mut f = 0;
+            if probe >= start && probe < end && !is_hole(probe) {
+                f |= COUNTED;
+            }
+            if bstart >= start && bend <= end {
+                f |= WHOLE;
+            }
+            f
+        });
+        let blocks = PageblockTable::new(first_block, pb, block_flags);
+        let managed = present;
+        let zone = Zone {
+            id,
+            index,
+            start_pfn: start,
+            spanned,
+            present,
+            managed,
+            max_order,
+            pageblock_order,
+            // Linux: grouping is pointless when the zone cannot hold a few blocks of
+            // each type beyond its watermarks.
+            mobility_disabled: !mobility_grouping || managed < pb_nr * MIGRATE_TYPES as u64,
+            frames,
+            blocks,
+            free: Lock::new(FreeArea {
+                lists: [[FrameList::EMPTY; MIGRATE_TYPES]; NR_ORDERS_MAX],
+                nonempty: [0; MIGRATE_TYPES],
+                nr_reserved_highatomic: 0,
+            }),
+            seq: SeqCount::new(),
+            counters: ZoneCounters {
+                nr_free: core::array::from_fn(|_| atomic_array()),
+                nr_free_pages: AtomicU64::new(0),
+                nr_free_highatomic: AtomicU64::new(0),
+                nr_free_pages_blocks: AtomicU64::new(0),
+                nr_blocks: atomic_array(),
+                nr_reserved_highatomic: AtomicU64::new(0),
+            },
+            events: ZoneEvents {
+                pgalloc: AtomicU64::new(0),
+                pgfree: AtomicU64::new(0),
+                extfrag: AtomicU64::new(0),
+                claims: AtomicU64::new(0),
+                highatomic_reserve: AtomicU64::new(0),
+                highatomic_unreserve: AtomicU64::new(0),
+                wmark_fail: AtomicU64::new(0),
+            },
+            watermark: atomic_array(),
+            lowmem_reserve: atomic_array(),
+            flags: AtomicU8::new(0),
+        };
+        let counted = (0..zone.blocks.len())
+            .filter(|&i| zone.blocks.raw(i) & COUNTED != 0)
+            .count() as u64;
+        zone.counters.nr_blocks[Migratetype::Movable.idx()].store(counted, Ordering::Relaxed);
+        zone.release_initial_frames();
+        zone
+    }
+
+    /// Frees every present frame in the largest naturally aligned chunks
+    /// (`__free_pages_core` with `FPI_TO_TAIL`).
+    fn release_initial_frames(&self) {
+        let mut zl = self.lock();
+        let end = self.start_pfn + self.spanned;
+        let mut p = self.start_pfn;
+        while p < end {
+            if self.frames.word(self.idx(Pfn(p))).tag() == TAG_HOLE {
+                p += 1;
+                continue;
+            }
+            let mut q = p;
+            while q < end && self.frames.word(self.idx(Pfn(q))).tag() != TAG_HOLE {
+                q += 1;
+            }
+            for (pfn, order) in chunks(Pfn(p), q - p, self.max_order) {
+                zl.free_block_locked(pfn, order, true);
+            }
+            p = q;
+        }
+    }
+
+    /// Takes the zone lock.
+    #[inline]
+    pub fn lock(&self) -> ZoneLocked<'_> {
+        let area = self.free.lock();
+        self.seq.write_begin();
+        ZoneLocked { zone: self, area }
+    }
+
+    /// Takes the zone lock if it is free.
+    #[inline]
+    #[allow(dead_code)]
+    pub fn try_lock(&self) -> Option<ZoneLocked<'_>> {
+        let area = self.free.try_lock()?;
+        self.seq.write_begin();
+        Some(ZoneLocked { zone: self, area })
+    }
+
+    /// Whether `pfn` lies in the zone's span.
+    #[inline]
+    pub fn contains(&self, pfn: Pfn) -> bool {
+        pfn.0.wrapping_sub(self.start_pfn) < self.spanned
+    }
+
+    /// Frame-table index of `pfn`. Caller checked `contains(pfn)`.
+    #[inline]
+    pub fn idx(&self, pfn: Pfn) -> u32 {
+        debug_assert!(self.contains(pfn));
+        (pfn.0 - self.start_pfn) as u32
+    }
+
+    #[inline]
+    pub fn pfn_of(&self, idx: u32) -> Pfn {
+        Pfn(self.start_pfn + idx as u64)
+    }
+
+    #[inline]
+    pub fn end_pfn(&self) -> u64 {
+        self.start_pfn + self.spanned
+    }
+
+    #[inline]
+    pub fn zone_type(&self) -> ZoneType {
+        self.id.zone_type
+    }
+
+    #[inline]
+    pub fn wmark(&self, i: usize) -> u64 {
+        self.watermark[i].load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub fn nr_free_pages(&self) -> u64 {
+        counter(&self.counters.nr_free_pages)
+    }
+
+    /// `__zone_watermark_unusable_free()`: free pages this request may not count.
+    #[inline]
+    fn unusable_free(&self, order: Order, flags: AllocFlags) -> i64 {
+        let mut u = order.nr_pages() as i64 - 1;
+        if !flags.has(AllocFlags::RESERVES) {
+            u += counter(&self.counters.nr_free_highatomic) as i64;
+        }
+        u
+    }
+
+    /// `__zone_watermark_ok()`: whether `free_pages` stays above `mark` (lowered for
+    /// reserve-entitled requests) plus the lowmem reserve, and for `order > 0` whether
+    /// a suitable free block exists. Reads counters only: no lock needed.
+    pub fn watermark_ok(
+        &self,
+        order: Order,
+        mark: u64,
+        highest: ZoneType,
+        flags: AllocFlags,
+        free_pages: i64,
+    ) -> bool {
+        let free = free_pages - self.unusable_free(order, flags);
+        let mut min = mark as i64;
+        if flags.has(AllocFlags::RESERVES) {
+            if flags.has(AllocFlags::MIN_RESERVE) {
+                min -= min / 2;
+                if flags.has(AllocFlags::NON_BLOCK) {
+                    min -= min / 4;
+                }
+            }
+            if flags.has(AllocFlags::OOM) {
+                min -= min / 2;
+            }
+        }
+        let reserve = self.lowmem_reserve[highest.idx()].load(Ordering::Relaxed) as i64;
+        if free <= min + reserve {
+            return false;
+        }
+        if order.0 == 0 {
+            return true;
+        }
+        let c = &self.counters.nr_free;
+        for o in order.idx()..=self.max_order.idx() {
+            if (0..MIGRATE_PCPTYPES).any(|mt| counter(&c[o][mt]) > 0) {
+                return true;
+            }
+            if flags.has(AllocFlags::HIGHATOMIC | AllocFlags::OOM)
+                && counter(&c[o][Migratetype::HighAtomic.idx()]) > 0
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// `zone_watermark_fast()`: an order-0 shortcut, then the full check.
+    #[inline]
+    pub fn watermark_fast(
+        &self,
+        order: Order,
+        mark: u64,
+        highest: ZoneType,
+        flags: AllocFlags,
+    ) -> bool {
+        let free = self.nr_free_pages() as i64;
+        if order.0 == 0 {
+            let reserved = self.unusable_free(order, flags);
+            let usable = free - free.min(reserved);
+            let reserve = self.lowmem_reserve[highest.idx()].load(Ordering::Relaxed) as i64;
+            if usable > mark as i64 + reserve {
+                return true;
+            }
+        }
+        self.watermark_ok(order, mark, highest, flags, free)
+    }
+}
+
+/// The greedy decomposition of `[pfn, pfn + nr)` into naturally aligned blocks: each
+/// step takes the largest order that is aligned at the current frame, fits in what is
+/// left, and does not exceed `max_order` (frame 0 counts as aligned to any order).
+pub fn chunks(pfn: Pfn, nr: u64, max_order: Order) -> impl Iterator<Item = (Pfn, Order)> {
+    let mut p = pfn.0;
+    let mut left = nr;
+    core::iter::from_fn(move || {
+        if left == 0 {
+            return None;
+        }
+        let align = if p == 0 { 63 } else { p.trailing_zeros() };
+        let fit = crate::types::ilog2(left);
+        let o = align.min(fit).min(max_order.0 as u32) as u8;
+        let out = (Pfn(p), Order(o));
+        p += 1 << o;
+        left -= 1 << o;
+        Some(out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    #[test]
+    fn chunks_match_the_worked_examples() {
+        let got: Vec<_> = chunks(Pfn(4099), 1024, Order(10))
+            .map(|(p, o)| (p.0, o.0))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (4099, 0),
+                (4100, 2),
+                (4104, 3),
+                (4112, 4),
+                (4128, 5),
+                (4160, 6),
+                (4224, 7),
+                (4352, 8),
+                (4608, 9),
+                (5120, 1),
+                (5122, 0)
+            ]
+        );
+        let got: Vec<_> = chunks(Pfn(0), 1536, Order(10))
+            .map(|(p, o)| (p.0, o.0))
+            .collect();
+        assert_eq!(got, [(0, 10), (1024, 9)]);
+    }
+}
