@@ -27,4 +27,11 @@ fn main() {
     println!("{:?}", za.check_invariants().unwrap());
     print!("{}{}{}", za.buddyinfo(), za.zoneinfo(), za.vmstat());
     print!("{}{}", za.unusable_index(), za.extfrag_index());
+    println!("{:?}", za.pcp_stats());
+    let p = za.alloc_pages(Gfp::KERNEL, Order(0)).unwrap();
+    za.free_pages(p, Order(0)).unwrap();
+    println!("{:?} pcp={}", za.pcp_stats(), za.nr_pcp_pages());
+    println!("{:?}", za.check_invariants().unwrap());
 }
+#[allow(dead_code)]
+fn pcp() {}

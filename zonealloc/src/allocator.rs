@@ -34,9 +34,15 @@ use crate::frame::{
     FrameState, Word, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP,
 };
 use crate::gfp::{AllocFlags, Gfp};
+use crate::pcp::{
+    count_zone_free, pcp_allowed_order, zone_batchsize, zone_highsize,
+    MIN_PERCPU_PAGELIST_HIGH_FRACTION,
+};
 use crate::sync::Ordering;
 use crate::types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES};
-use crate::zone::{Zone, ZoneEvents, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO};
+use crate::zone::{
+    Zone, ZoneEvents, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO, ZONE_BELOW_HIGH,
+};
 
 /// A zoned buddy page allocator over the frames described by a `Config`.
 pub struct ZoneAllocator<B: Backend = AbstractFrames> {
@@ -122,6 +128,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     config.max_order,
                     config.pageblock_order,
                     config.mobility_grouping,
+                    config.nr_cpus,
                 ));
             }
             node_zones.push(nz);
@@ -198,11 +205,9 @@ impl<B: Backend> ZoneAllocator<B> {
         self.min_free_kbytes = mfk;
         let pages_min = mfk * 1024 / self.config.page_size();
         for z in self.zones.iter() {
-            let tmp = if lowmem_pages == 0 {
-                0
-            } else {
-                pages_min * z.managed / lowmem_pages
-            };
+            let tmp = (pages_min * z.managed)
+                .checked_div(lowmem_pages)
+                .unwrap_or(0);
             let min = if matches!(z.zone_type(), ZoneType::HighMem | ZoneType::Movable) {
                 (z.managed / 1024).clamp(32, 128)
             } else {
@@ -232,6 +237,48 @@ impl<B: Backend> ZoneAllocator<B> {
                         }
                     };
                     z.lowmem_reserve[j].store(v, Ordering::Relaxed);
+                }
+            }
+        }
+        self.zone_pcp_update();
+    }
+
+    /// `zone_set_pageset_high_and_batch()` for every zone and CPU.
+    fn zone_pcp_update(&self) {
+        let pc = &self.config.pcp;
+        let cpus = self.config.nr_cpus as u64;
+        for z in self.zones.iter() {
+            let (batch, high_min, high_max) = if !pc.enabled {
+                // Linux's boot pageset: high 0, batch 1, every free flushes.
+                (1, 0, 0)
+            } else {
+                let batch = pc
+                    .batch
+                    .unwrap_or_else(|| zone_batchsize(z.managed, self.config.page_size()))
+                    .max(1);
+                let (min, max) = if pc.high_fraction >= MIN_PERCPU_PAGELIST_HIGH_FRACTION {
+                    let h = zone_highsize(z.managed / pc.high_fraction, batch, cpus);
+                    (h, h)
+                } else {
+                    (
+                        zone_highsize(z.wmark(WMARK_LOW), batch, cpus),
+                        zone_highsize(z.managed / MIN_PERCPU_PAGELIST_HIGH_FRACTION, batch, cpus),
+                    )
+                };
+                let min = pc.high_min.unwrap_or(min);
+                let max = pc.high_max.unwrap_or(max).max(min);
+                (batch, min, max)
+            };
+            for cpu in 0..z.pcp.len() {
+                let mut p = z.pcp_lock(cpu);
+                p.pcp.batch = batch;
+                p.pcp.high_min = high_min;
+                p.pcp.high_max = high_max;
+                p.pcp.high = p.pcp.high.clamp(high_min, high_max);
+                // Shrinking limits may leave too much on the lists.
+                if p.pcp.count > p.pcp.high {
+                    let todo = p.pcp.count - p.pcp.high;
+                    p.free_bulk(todo, 0, pc.prefetch_buddy);
                 }
             }
         }
@@ -294,7 +341,31 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `InvalidOrder` above `max_order`; `NoMemory` if no eligible zone can serve it.
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node(0, gfp, order)
+        self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order)
+    }
+
+    /// As `alloc_pages`, using CPU `cpu`'s per-CPU lists (taken modulo `nr_cpus`).
+    /// For simulated CPUs in tests and for callers that know their CPU.
+    ///
+    /// # Errors
+    /// As `alloc_pages`.
+    #[inline]
+    pub fn alloc_pages_on(&self, cpu: usize, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
+        self.alloc_pages_node_on(cpu % self.config.nr_cpus, 0, gfp, order)
+    }
+
+    /// The CPU whose per-CPU lists this thread uses now.
+    #[inline]
+    pub fn current_cpu(&self) -> usize {
+        let id = match self.config.cpu_id {
+            Some(f) => f(),
+            None => os_cpu_id(),
+        };
+        if self.config.nr_cpus == 1 {
+            0
+        } else {
+            id % self.config.nr_cpus
+        }
     }
 
     /// `alloc_pages_node()`: as `alloc_pages`, starting from node `nid`'s zonelist.
@@ -302,6 +373,16 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// As `alloc_pages`, and `InvalidNode` for a node that does not exist.
     pub fn alloc_pages_node(&self, nid: u16, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
+        self.alloc_pages_node_on(self.current_cpu(), nid, gfp, order)
+    }
+
+    fn alloc_pages_node_on(
+        &self,
+        cpu: usize,
+        nid: u16,
+        gfp: Gfp,
+        order: Order,
+    ) -> Result<Pfn, AllocError> {
         if order > self.config.max_order {
             return Err(AllocError::InvalidOrder(order));
         }
@@ -316,6 +397,7 @@ impl<B: Backend> ZoneAllocator<B> {
             .find(|&zi| self.zones[zi].zone_type() <= highest)
             .ok_or(AllocError::NoEligibleZone)?;
         let req = Request {
+            cpu,
             nid,
             gfp,
             order,
@@ -338,9 +420,12 @@ impl<B: Backend> ZoneAllocator<B> {
         if gfp.contains(Gfp::NORETRY) {
             return Err(AllocError::NoMemory { order });
         }
-        // Without reclaim, what is left is memory parked in reserves.
+        // Without reclaim, what is left is memory parked on per-CPU lists and in
+        // highatomic reserves (Linux's drain after failed direct reclaim).
         for force in [false, true] {
-            if self.unreserve_highatomic(&req, force) {
+            let unreserved = self.unreserve_highatomic(&req, force);
+            let drained = !force && self.drain_all_pages() > 0;
+            if unreserved || drained {
                 if let Some(p) = self.get_page_from_freelist(&req, slow) {
                     return Ok(p);
                 }
@@ -369,9 +454,16 @@ impl<B: Backend> ZoneAllocator<B> {
             {
                 continue;
             }
-            let mark = z.wmark(flags.wmark());
-            if !flags.has(AllocFlags::NO_WATERMARKS)
-                && !z.watermark_fast(req.order, mark, req.highest, flags)
+            // Below the high watermark, per-CPU lists shrink (see `pcp`); the test is
+            // made here rather than on the hotter free path, as Linux does.
+            let above_high = z.flags.load(Ordering::Relaxed) & ZONE_BELOW_HIGH == 0
+                && (z.watermark_fast(req.order, z.wmark(WMARK_HIGH), req.highest, flags) || {
+                    z.flags.fetch_or(ZONE_BELOW_HIGH, Ordering::Relaxed);
+                    false
+                });
+            if !above_high
+                && !flags.has(AllocFlags::NO_WATERMARKS)
+                && !z.watermark_fast(req.order, z.wmark(flags.wmark()), req.highest, flags)
             {
                 ZoneEvents::inc(&z.events.wmark_fail, 1);
                 continue;
@@ -386,8 +478,24 @@ impl<B: Backend> ZoneAllocator<B> {
         None
     }
 
-    /// `rmqueue_buddy()` and `prep_new_page()`.
+    /// `rmqueue()`: from this CPU's list where the order has one, else the buddy.
+    #[inline]
     fn rmqueue(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
+        let order = req.order;
+        if self.config.pcp.enabled && pcp_allowed_order(order, z.pageblock_order) {
+            if let Some(mut pcp) = z.pcp_trylock(req.cpu) {
+                if let Some(pfn) = pcp.rmqueue(order, req.mt, flags) {
+                    drop(pcp);
+                    self.prep_new_page(z, pfn, order, req.gfp, req.mt);
+                    return Some(pfn);
+                }
+            }
+        }
+        self.rmqueue_buddy(z, req, flags)
+    }
+
+    /// `rmqueue_buddy()` and `prep_new_page()`.
+    fn rmqueue_buddy(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
         let order = req.order;
         let mt = if z.mobility_disabled {
             Migratetype::Unmovable
@@ -456,7 +564,24 @@ impl<B: Backend> ZoneAllocator<B> {
         if !pfn.is_aligned(order) {
             return Err(FreeError::Misaligned { pfn, order });
         }
-        self.put_locked_free(z, pfn, Some(order)).map(|_| ())
+        self.put_and_free(z, pfn, Some(order), self.current_cpu())
+            .map(|_| ())
+    }
+
+    /// As `free_pages`, freeing to CPU `cpu`'s lists (taken modulo `nr_cpus`).
+    ///
+    /// # Errors
+    /// As `free_pages`.
+    pub fn free_pages_on(&self, cpu: usize, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        if order > self.config.max_order {
+            return Err(FreeError::InvalidOrder(order));
+        }
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        if !pfn.is_aligned(order) {
+            return Err(FreeError::Misaligned { pfn, order });
+        }
+        self.put_and_free(z, pfn, Some(order), cpu % self.config.nr_cpus)
+            .map(|_| ())
     }
 
     /// Drops one reference on the block whose head is `pfn`, freeing it at zero.
@@ -466,12 +591,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// A `FreeError` if `pfn` is not the head of an allocated block.
     pub fn put_page(&self, pfn: Pfn) -> Result<bool, FreeError> {
         let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        self.put_locked_free(z, pfn, None)
+        self.put_and_free(z, pfn, None, self.current_cpu())
     }
 
     /// Drops a reference with one CAS; the winner of the last reference frees.
     #[inline]
-    fn put_locked_free(&self, z: &Zone, pfn: Pfn, order: Option<Order>) -> Result<bool, FreeError> {
+    fn put_and_free(
+        &self,
+        z: &Zone,
+        pfn: Pfn,
+        order: Option<Order>,
+        cpu: usize,
+    ) -> Result<bool, FreeError> {
         let idx = z.idx(pfn);
         let mut w = z.frames.word(idx);
         loop {
@@ -493,7 +624,7 @@ impl<B: Backend> ZoneAllocator<B> {
             match z.frames.cas_word(idx, w, new) {
                 Ok(_) => {
                     if last {
-                        self.free_frozen(z, pfn, actual);
+                        self.free_frozen(z, pfn, actual, cpu);
                     }
                     return Ok(last);
                 }
@@ -502,10 +633,86 @@ impl<B: Backend> ZoneAllocator<B> {
         }
     }
 
-    /// Frees a block the caller froze: on the buddy lists under the zone lock.
-    pub(crate) fn free_frozen(&self, z: &Zone, pfn: Pfn, order: Order) {
+    /// `__free_frozen_pages()`: frees a block the caller froze, to CPU `cpu`'s list
+    /// where its order has one and its pageblock is not isolated, else to the buddy
+    /// lists under the zone lock.
+    #[inline]
+    pub(crate) fn free_frozen(&self, z: &Zone, pfn: Pfn, order: Order, cpu: usize) {
+        if self.config.pcp.enabled && pcp_allowed_order(order, z.pageblock_order) {
+            let mut mt = z.blocks.migratetype(pfn);
+            if !mt.is_mergeable() {
+                if mt == Migratetype::Isolate {
+                    return self.free_one_page(z, pfn, order);
+                }
+                // HighAtomic blocks travel on the movable list; the flush re-reads
+                // the pageblock's type.
+                mt = Migratetype::Movable;
+            }
+            if let Some(mut pcp) = z.pcp_trylock(cpu) {
+                pcp.free(pfn, order, mt, self.config.pcp.prefetch_buddy);
+                return;
+            }
+        }
+        self.free_one_page(z, pfn, order);
+    }
+
+    /// `free_one_page()`: the zone-lock path.
+    fn free_one_page(&self, z: &Zone, pfn: Pfn, order: Order) {
         z.lock().free_block_locked(pfn, order, false);
-        ZoneEvents::inc(&z.events.pgfree, order.nr_pages());
+        count_zone_free(z, order);
+    }
+
+    // -------------------------------------------------------------------------
+    // Per-CPU list maintenance
+    // -------------------------------------------------------------------------
+
+    /// `drain_local_pages()`: empties this thread's CPU's lists in every zone.
+    /// Returns the pages returned to the buddy lists.
+    pub fn drain_local_pages(&self) -> u64 {
+        self.drain_cpu_pages(self.current_cpu())
+    }
+
+    /// Empties CPU `cpu`'s lists in every zone; returns the pages returned.
+    pub fn drain_cpu_pages(&self, cpu: usize) -> u64 {
+        let cpu = cpu % self.config.nr_cpus;
+        let mut n = 0;
+        for z in self.zones.iter() {
+            let mut p = z.pcp_lock(cpu);
+            n += p.pcp.count;
+            p.drain(self.config.pcp.prefetch_buddy);
+        }
+        n
+    }
+
+    /// `drain_all_pages()`: empties every CPU's lists in every zone, from this
+    /// thread (each remote CPU's lock taken in turn; no cross-CPU calls needed).
+    /// Returns the pages returned.
+    pub fn drain_all_pages(&self) -> u64 {
+        (0..self.config.nr_cpus)
+            .map(|cpu| self.drain_cpu_pages(cpu))
+            .sum()
+    }
+
+    /// `decay_pcp_high()` on every CPU and zone: what Linux's vmstat worker does once
+    /// a second. Call it periodically to let idle CPUs give memory back. Returns
+    /// whether some CPU has more to decay.
+    pub fn pcp_decay(&self) -> bool {
+        let mut more = false;
+        for z in self.zones.iter() {
+            for cpu in 0..z.pcp.len() {
+                more |= z.pcp_lock(cpu).decay(self.config.pcp.prefetch_buddy);
+            }
+        }
+        more
+    }
+
+    /// Pages on every CPU's lists, all zones (free, but not in `nr_free_pages`).
+    pub fn nr_pcp_pages(&self) -> u64 {
+        self.zones
+            .iter()
+            .flat_map(|z| z.pcp.iter())
+            .map(|s| crate::pcp::stat(&s.stats.count))
+            .sum()
     }
 
     /// Adds a reference to the allocated block whose head is `pfn`.
@@ -647,8 +854,24 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 }
 
+/// The OS's idea of the current CPU.
+#[inline]
+fn os_cpu_id() -> usize {
+    #[cfg(all(feature = "std", target_os = "linux", not(loom)))]
+    {
+        // SAFETY: `sched_getcpu` has no preconditions; glibc answers from rseq.
+        #[allow(unsafe_code)]
+        let c = unsafe { libc::sched_getcpu() };
+        c.max(0) as usize
+    }
+    #[cfg(not(all(feature = "std", target_os = "linux", not(loom))))]
+    0
+}
+
 /// One allocation request, fixed for all of its passes.
 struct Request {
+    /// CPU whose lists to use.
+    cpu: usize,
     nid: u16,
     gfp: Gfp,
     order: Order,

@@ -178,6 +178,7 @@ impl ZoneLocked<'_> {
     }
 
     /// Clears the isolation of the pageblock holding `pfn`, keeping the counters.
+    #[allow(dead_code)] // isolation and bad-page handling build on it
     pub(crate) fn unisolate_pageblock(&self, pfn: Pfn) -> Migratetype {
         let z = self.zone;
         let counted = z.blocks.flags(pfn) & COUNTED != 0;

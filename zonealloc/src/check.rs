@@ -26,7 +26,7 @@ use crate::frame::{
 };
 use crate::pageblock::COUNTED;
 use crate::types::{Migratetype, Order, Pfn, MIGRATE_TYPES};
-use crate::zone::{counter, Zone, ZoneLocked};
+use crate::zone::{counter, ZoneLocked};
 
 /// What `check_invariants()` looked at.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -101,15 +101,34 @@ impl<B: Backend> ZoneAllocator<B> {
     pub fn check_invariants(&self) -> Result<InvariantReport, InvariantViolation> {
         let mut report = InvariantReport::default();
         for z in self.zones.iter() {
+            // Lock order: every CPU's pcp lock (ascending), then the zone lock.
+            let pcps: Vec<_> = (0..z.pcp.len()).map(|cpu| z.pcp_lock(cpu)).collect();
             let zl = z.lock();
-            let pcp = self.pcp_census(z);
-            check_zone(
-                &zl,
-                &mut Checker {
-                    report: &mut report,
-                },
-                &pcp,
-            )?;
+            let mut census = Vec::new();
+            let mut c = Checker {
+                report: &mut report,
+            };
+            for p in &pcps {
+                let before = census.len();
+                p.census(&mut census);
+                let pages: u64 = census[before..].iter().map(|&(_, o)| o.nr_pages()).sum();
+                c.ensure(pages == p.pcp.count, None, || {
+                    format!(
+                        "{:?} cpu {}: count {} but lists hold {pages} pages",
+                        z.id, p.cpu, p.pcp.count
+                    )
+                })?;
+                c.ensure(
+                    crate::pcp::stat(&p.slot.stats.count) == p.pcp.count,
+                    None,
+                    || "pcp count mirror out of date".into(),
+                )?;
+            }
+            census.sort_unstable();
+            c.ensure(census.windows(2).all(|w| w[0].0 != w[1].0), None, || {
+                "a block is on two per-CPU lists".into()
+            })?;
+            check_zone(&zl, &mut c, &census)?;
         }
         Ok(report)
     }
@@ -121,7 +140,15 @@ impl<B: Backend> ZoneAllocator<B> {
     pub fn state_digest(&self) -> u64 {
         let mut h = Fnv::new();
         for z in self.zones.iter() {
+            let pcps: Vec<_> = (0..z.pcp.len()).map(|cpu| z.pcp_lock(cpu)).collect();
             let zl = z.lock();
+            for p in &pcps {
+                h.add(p.pcp.count);
+                h.add(p.pcp.high);
+                for l in &p.pcp.lists {
+                    h.add(((l.head as u64) << 32) | l.tail as u64);
+                }
+            }
             let t = &z.frames;
             for i in 0..t.len() as u32 {
                 h.add(t.word(i).0);
@@ -156,19 +183,9 @@ impl<B: Backend> ZoneAllocator<B> {
             ] {
                 h.add(counter(v));
             }
-            self.digest_pcp(z, &mut h);
         }
         h.0
     }
-
-    /// Per-CPU list heads of a zone as `(frame index, order)` (none until per-CPU
-    /// lists exist).
-    fn pcp_census(&self, _z: &Zone) -> Vec<(u32, Order)> {
-        Vec::new()
-    }
-
-    /// Adds a zone's per-CPU lists to a digest (nothing until per-CPU lists exist).
-    fn digest_pcp(&self, _z: &Zone, _h: &mut Fnv) {}
 }
 
 /// FNV-1a over 64-bit words.
@@ -201,6 +218,7 @@ fn check_zone(
     let (mut free_pages, mut highatomic, mut blocks_pages) = (0u64, 0u64, 0u64);
     let mut present = 0u64;
     let mut frames_in_blocks = 0u64;
+    let pcp_blocks_before = c.report.pcp_blocks;
 
     // Frame walk: heads and their tails, in address order.
     let mut i = 0u32;
@@ -285,11 +303,12 @@ fn check_zone(
                 }
             }
             TAG_PCP => {
-                c.ensure(
-                    pcp.iter().any(|&(h, o)| h == i && o == order),
-                    Some(pfn),
-                    || "per-CPU state but on no per-CPU list".into(),
-                )?;
+                let found = pcp
+                    .binary_search_by_key(&i, |&(h, _)| h)
+                    .is_ok_and(|k| pcp[k].1 == order);
+                c.ensure(found, Some(pfn), || {
+                    "per-CPU state but on no per-CPU list".into()
+                })?;
                 c.report.pcp_blocks += 1;
                 c.report.pcp_pages += nr;
             }
@@ -310,6 +329,11 @@ fn check_zone(
         }
         i += nr as u32;
     }
+    c.ensure(
+        c.report.pcp_blocks - pcp_blocks_before == pcp.len() as u64,
+        None,
+        || "a per-CPU list holds a block not in the per-CPU state".into(),
+    )?;
     c.ensure(present == z.present, None, || {
         format!(
             "{:?}: {present} frames in blocks, {} present",

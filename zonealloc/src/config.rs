@@ -7,6 +7,7 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::pcp::PcpConfig;
 use crate::types::{Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT};
 
 /// One zone: a range of frame numbers of one zone type, possibly with holes.
@@ -54,7 +55,7 @@ pub struct NodeConfig {
 }
 
 /// The whole allocator's configuration.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Config {
     /// log2 of the page size in bytes (12 for 4 KiB).
     pub page_shift: u8,
@@ -73,6 +74,14 @@ pub struct Config {
     /// Group allocations by mobility (migratetypes). Even when `true`, Linux's rule
     /// disables grouping on zones too small for it.
     pub mobility_grouping: bool,
+    /// CPUs with per-CPU lists (default: the machine's, or 1 without `std`).
+    pub nr_cpus: usize,
+    /// Per-CPU list tunables.
+    pub pcp: PcpConfig,
+    /// How the allocator learns the current CPU. `None`: `sched_getcpu()` with `std`,
+    /// CPU 0 without. The result is taken modulo `nr_cpus`. Any value is safe: it
+    /// only picks which CPU's lists to try.
+    pub cpu_id: Option<fn() -> usize>,
 }
 
 impl Default for Config {
@@ -92,8 +101,18 @@ impl Default for Config {
                 ZoneType::Movable.default_lowmem_reserve_ratio(),
             ],
             mobility_grouping: true,
+            nr_cpus: default_nr_cpus(),
+            pcp: PcpConfig::default(),
+            cpu_id: None,
         }
     }
+}
+
+fn default_nr_cpus() -> usize {
+    #[cfg(feature = "std")]
+    return std::thread::available_parallelism().map_or(1, |n| n.get());
+    #[cfg(not(feature = "std"))]
+    1
 }
 
 impl Config {
@@ -136,6 +155,9 @@ impl Config {
         if self.pageblock_order > self.max_order {
             return Err(ConfigError::PageblockOrder(self.pageblock_order));
         }
+        if self.nr_cpus == 0 || self.nr_cpus > 4096 {
+            return Err(ConfigError::NrCpus(self.nr_cpus));
+        }
         if self.nodes.is_empty() || self.nodes.len() > u16::MAX as usize {
             return Err(ConfigError::NoMemory);
         }
@@ -162,7 +184,7 @@ impl Config {
                 )?;
                 let mut holes = 0u64;
                 for &(h, n) in &z.holes {
-                    let hend = h.0.checked_add(n).unwrap_or(u64::MAX);
+                    let hend = h.0.saturating_add(n);
                     if h < z.start_pfn || hend > end {
                         return Err(ConfigError::HoleOutsideZone {
                             node: nid,
@@ -222,6 +244,8 @@ pub enum ConfigError {
     Overlap,
     /// The memory backend could not provide memory for the frames.
     Backend,
+    /// `nr_cpus` outside 1..=4096.
+    NrCpus(usize),
 }
 
 impl fmt::Display for ConfigError {
@@ -242,6 +266,7 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::Overlap => f.write_str("zones overlap"),
             ConfigError::Backend => f.write_str("memory backend failed"),
+            ConfigError::NrCpus(n) => write!(f, "nr_cpus {n} outside 1..=4096"),
         }
     }
 }

@@ -89,6 +89,7 @@ impl Word {
 
     pub const HOLE: Word = Word::new(TAG_HOLE, 0, 0, 0);
     pub const TAIL: Word = Word::new(TAG_TAIL, 0, 0, 0);
+    #[allow(dead_code)] // isolation and bad-page handling build on it
     pub const BAD: Word = Word::new(TAG_BAD, 0, 0, 0);
 
     #[inline]

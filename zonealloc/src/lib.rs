@@ -30,6 +30,7 @@
 //! | `pageblock` | pageblock migratetypes and isolation |
 //! | `zone` | a zone: its lock, free lists, counters, watermark checks |
 //! | `buddy` | split, merge, fallback, highatomic reserves (zone lock held) |
+//! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
 //! | `stats` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices |
 //! | `check` | `check_invariants()` |
@@ -39,6 +40,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+// Index loops over (order, migratetype) tables read like the tables they walk.
+#![allow(clippy::needless_range_loop)]
 
 extern crate alloc;
 #[cfg(feature = "std")]
@@ -56,6 +59,7 @@ mod frame;
 mod gfp;
 mod owned;
 mod pageblock;
+mod pcp;
 mod stats;
 mod sync;
 mod types;
@@ -71,9 +75,11 @@ pub use error::{AllocError, FreeError};
 pub use frame::FrameState;
 pub use gfp::Gfp;
 pub use owned::PageBlock;
+pub use pcp::{PcpConfig, PAGE_ALLOC_COSTLY_ORDER};
 pub use stats::{
     fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,
-    PagesetInfo, VmStat, ZoneFreeCounts, ZoneInfo, ZoneInfoZone, PAGETYPEINFO_WALK_CAP,
+    PagesetInfo, PcpCpuStats, PcpStatsZone, VmStat, ZoneFreeCounts, ZoneInfo, ZoneInfoZone,
+    PAGETYPEINFO_WALK_CAP,
 };
 pub use types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_ORDER_LIMIT, MIGRATE_TYPES};
 pub use zone::chunks;

@@ -17,6 +17,7 @@ use core::fmt::{self, Write};
 
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
+use crate::pcp::stat;
 use crate::sync::Ordering;
 use crate::types::{Migratetype, Order, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
 use crate::zone::{counter, Zone, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO};
@@ -170,6 +171,35 @@ pub struct PagesetInfo {
     pub high_max: u64,
     /// vmstat threshold (per-CPU counter fold threshold).
     pub stat_threshold: u64,
+}
+
+/// One CPU's per-CPU list activity in one zone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PcpCpuStats {
+    /// Pages on the CPU's lists now.
+    pub count: u64,
+    /// Pages allocated from the lists.
+    pub pgalloc: u64,
+    /// Pages freed to the lists.
+    pub pgfree: u64,
+    /// Refills from the buddy lists (`rmqueue_bulk` calls).
+    pub refills: u64,
+    /// Blocks taken by refills (Linux traces each as `mm_page_alloc_zone_locked`
+    /// with `percpu_refill=1`).
+    pub refill_blocks: u64,
+    /// Flushes to the buddy lists (`free_pcppages_bulk` calls).
+    pub drains: u64,
+    /// Blocks flushed (each a `mm_page_pcpu_drain` event in Linux).
+    pub drain_blocks: u64,
+}
+
+/// Per-CPU list activity of one zone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PcpStatsZone {
+    /// The zone.
+    pub id: ZoneId,
+    /// One entry per CPU.
+    pub cpus: Vec<PcpCpuStats>,
 }
 
 /// One zone of `/proc/zoneinfo`.
@@ -462,9 +492,47 @@ impl<B: Backend> ZoneAllocator<B> {
         }
     }
 
-    /// Per-CPU list figures of a zone (none until per-CPU lists exist).
-    fn pagesets(&self, _z: &Zone) -> Vec<PagesetInfo> {
-        Vec::new()
+    /// Per-CPU list figures of a zone, read under each CPU's pcp lock in turn.
+    fn pagesets(&self, z: &Zone) -> Vec<PagesetInfo> {
+        (0..z.pcp.len())
+            .map(|cpu| {
+                let p = z.pcp_lock(cpu);
+                PagesetInfo {
+                    cpu,
+                    count: p.pcp.count,
+                    high: p.pcp.high,
+                    batch: p.pcp.batch,
+                    high_min: p.pcp.high_min,
+                    high_max: p.pcp.high_max,
+                    // Per-CPU counters here are exact and never folded: no threshold.
+                    stat_threshold: 0,
+                }
+            })
+            .collect()
+    }
+
+    /// Per-CPU list activity of every zone and CPU.
+    pub fn pcp_stats(&self) -> Vec<PcpStatsZone> {
+        self.zones
+            .iter()
+            .filter(|z| z.present > 0)
+            .map(|z| PcpStatsZone {
+                id: z.id,
+                cpus: z
+                    .pcp
+                    .iter()
+                    .map(|s| PcpCpuStats {
+                        count: stat(&s.stats.count),
+                        pgalloc: stat(&s.stats.pgalloc),
+                        pgfree: stat(&s.stats.pgfree),
+                        refills: stat(&s.stats.refills),
+                        refill_blocks: stat(&s.stats.refill_blocks),
+                        drains: stat(&s.stats.drains),
+                        drain_blocks: stat(&s.stats.drain_blocks),
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
     /// `/proc/vmstat`: the counters this allocator keeps, under the kernel's names.
@@ -477,8 +545,10 @@ impl<B: Backend> ZoneAllocator<B> {
             let s = snapshot(z);
             free += s.nr_free_pages;
             blocks += s.nr_free_pages_blocks;
-            pgalloc[z.zone_type().idx()] += z.events.pgalloc.load(Ordering::Relaxed);
-            pgfree += z.events.pgfree.load(Ordering::Relaxed);
+            let pcp_alloc: u64 = z.pcp.iter().map(|s| stat(&s.stats.pgalloc)).sum();
+            let pcp_free: u64 = z.pcp.iter().map(|s| stat(&s.stats.pgfree)).sum();
+            pgalloc[z.zone_type().idx()] += z.events.pgalloc.load(Ordering::Relaxed) + pcp_alloc;
+            pgfree += z.events.pgfree.load(Ordering::Relaxed) + pcp_free;
         }
         let mut entries: Vec<(String, u64)> = alloc::vec![
             ("nr_free_pages".into(), free),

@@ -10,10 +10,13 @@
 //! are atomics written only under the zone lock with relaxed stores; the sequence
 //! counter orders them for readers.
 
+use alloc::boxed::Box;
+
 use crate::config::ZoneConfig;
 use crate::frame::{FrameList, FrameTable, Word, TAG_HOLE};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
+use crate::pcp::PcpSlot;
 use crate::sync::{AtomicU64, AtomicU8, Lock, LockGuard, Ordering, SeqCount};
 use crate::types::{
     Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES, MIGRATE_TYPES,
@@ -125,6 +128,8 @@ pub(crate) struct Zone {
     /// Pages this zone keeps back from requests whose highest zone is `j`.
     pub lowmem_reserve: [AtomicU64; MAX_NR_ZONES],
     pub flags: AtomicU8,
+    /// One slot of per-CPU lists per CPU.
+    pub pcp: Box<[PcpSlot]>,
 }
 
 /// Proof that the zone lock is held; gives access to the free lists.
@@ -151,6 +156,7 @@ impl Zone {
         max_order: Order,
         pageblock_order: Order,
         mobility_grouping: bool,
+        nr_cpus: usize,
     ) -> Zone {
         let start = zc.start_pfn.0;
         let spanned = zc.spanned_pages;
@@ -232,6 +238,7 @@ impl Zone {
             watermark: atomic_array(),
             lowmem_reserve: atomic_array(),
             flags: AtomicU8::new(0),
+            pcp: (0..nr_cpus).map(|_| PcpSlot::new(1, 0, 0)).collect(),
         };
         let counted = (0..zone.blocks.len())
             .filter(|&i| zone.blocks.raw(i) & COUNTED != 0)
