@@ -119,9 +119,9 @@ fn shape(line: &str) -> String {
             pad += 1;
         }
         if b.get(j) == Some(&b' ') {
-            out.extend(std::iter::repeat_n(b'#', pad + j - i));
+            out.resize(out.len() + pad + j - i, b'#');
         } else {
-            out.extend(std::iter::repeat_n(b' ', pad));
+            out.resize(out.len() + pad, b' ');
             out.push(b'N');
         }
         i = j;
