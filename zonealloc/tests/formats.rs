@@ -58,7 +58,7 @@ fn traced_config() -> Config {
 }
 
 /// As `traced_config()` but with present frames equal to the machine's managed pages
-/// (more holes), and its `min_free_kbytes`.
+/// (more holes), its `min_free_kbytes` and its 2 CPUs.
 fn managed_config() -> Config {
     let zones = vec![
         // 4095 - 3840 = 255 frames of holes: everything below pfn 256.
@@ -72,6 +72,7 @@ fn managed_config() -> Config {
     Config {
         nodes: vec![NodeConfig { zones }],
         min_free_kbytes: Some(REAL_MIN_FREE_KBYTES),
+        nr_cpus: 2,
         ..Config::default()
     }
 }
@@ -569,6 +570,36 @@ fn watermark_lines_equal_linux_with_the_real_managed_pages() {
     );
     assert_eq!(expect[2], ([6808, 8510, 10212, 11914], [0; 5]));
     assert_eq!(expect[4], ([32; 4], [0; 5]));
+}
+
+/// With the real machine's managed pages, watermarks and 2 CPUs, each CPU's `batch`,
+/// `high_min` and `high_max` (`zone_batchsize()`, `zone_highsize()` from the low
+/// watermark and from 1/8 of the zone) are the real file's. `count` and `high` are
+/// run-time state and `vm stats threshold` has no equivalent here (exact counters).
+#[test]
+fn pageset_limits_equal_linux_with_the_real_managed_pages() {
+    let ours = managed().zoneinfo().to_string();
+    let pick = |text: &str| -> Vec<String> {
+        let mut zone = String::new();
+        let mut out = Vec::new();
+        for l in lines(text) {
+            if l.starts_with("Node ") {
+                zone = l.to_string();
+            }
+            let k = l.trim_start();
+            if k.starts_with("cpu:")
+                || k.starts_with("batch:")
+                || k.starts_with("high_min:")
+                || k.starts_with("high_max:")
+            {
+                out.push(format!("{zone} | {l}"));
+            }
+        }
+        out
+    };
+    let (o, r) = (pick(&ours), pick(REAL_ZONEINFO));
+    assert_eq!(r.len(), 3 * 2 * 4);
+    assert_eq!(o, r);
 }
 
 // -----------------------------------------------------------------------------
