@@ -304,6 +304,15 @@ impl<B: Backend> ZoneAllocator<B> {
         Some(&self.zones[l[i].2])
     }
 
+    /// Node `nid`'s zonelist: its zones in fallback order.
+    pub(crate) fn zonelist(&self, nid: u16) -> impl Iterator<Item = &Zone> {
+        self.zonelists
+            .get(nid as usize)
+            .into_iter()
+            .flat_map(|l| l.iter())
+            .map(|&zi| &self.zones[zi])
+    }
+
     /// The zone holding `pfn`, if any.
     pub fn zone_id_of(&self, pfn: Pfn) -> Option<ZoneId> {
         self.zone_of(pfn).map(|z| z.id)
@@ -528,7 +537,14 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// `prep_new_page()`: zero if asked, then publish the allocated state.
     #[inline]
-    fn prep_new_page(&self, z: &Zone, pfn: Pfn, order: Order, gfp: Gfp, mt: Migratetype) {
+    pub(crate) fn prep_new_page(
+        &self,
+        z: &Zone,
+        pfn: Pfn,
+        order: Order,
+        gfp: Gfp,
+        mt: Migratetype,
+    ) {
         if gfp.contains(Gfp::ZERO) {
             self.backend.zero_pages(pfn, order.nr_pages());
         }

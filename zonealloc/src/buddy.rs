@@ -178,7 +178,6 @@ impl ZoneLocked<'_> {
     }
 
     /// Clears the isolation of the pageblock holding `pfn`, keeping the counters.
-    #[allow(dead_code)] // isolation and bad-page handling build on it
     pub(crate) fn unisolate_pageblock(&self, pfn: Pfn) -> Migratetype {
         let z = self.zone;
         let counted = z.blocks.flags(pfn) & COUNTED != 0;
@@ -262,7 +261,7 @@ impl ZoneLocked<'_> {
     /// buddy it was kept apart from (a highatomic or isolated neighbour): free it
     /// again so it does. Linux does this when un-isolating; doing it on every retype
     /// keeps "no mergeable free buddies" an invariant.
-    fn remerge(&mut self, pfn: Pfn, order: Order, mt: Migratetype) {
+    pub(crate) fn remerge(&mut self, pfn: Pfn, order: Order, mt: Migratetype) {
         if !mt.is_mergeable() || order >= self.zone.max_order || !self.is_free_block(pfn, order) {
             return;
         }

@@ -30,6 +30,8 @@
 //! | `pageblock` | pageblock migratetypes and isolation |
 //! | `zone` | a zone: its lock, free lists, counters, watermark checks |
 //! | `buddy` | split, merge, fallback, highatomic reserves (zone lock held) |
+//! | `isolate` | pageblock isolation for contiguous allocation |
+//! | `contig` | `free_contig_range`, bulk free/alloc, `alloc_contig_range` |
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
 //! | `stats` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices |
@@ -54,9 +56,11 @@ mod backend;
 mod buddy;
 mod check;
 mod config;
+mod contig;
 mod error;
 mod frame;
 mod gfp;
+mod isolate;
 mod owned;
 mod pageblock;
 mod pcp;
@@ -71,6 +75,7 @@ pub use arena::{Arena, ArenaOptions};
 pub use backend::{AbstractFrames, Backend};
 pub use check::{InvariantReport, InvariantViolation};
 pub use config::{Config, ConfigError, NodeConfig, ZoneConfig};
+pub use contig::ContigError;
 pub use error::{AllocError, FreeError};
 pub use frame::FrameState;
 pub use gfp::Gfp;

@@ -80,7 +80,6 @@ impl PageblockTable {
 
     /// The stored type, ignoring isolation.
     #[inline]
-    #[allow(dead_code)] // isolation and bad-page handling build on it
     pub fn base_migratetype(&self, pfn: Pfn) -> Migratetype {
         Migratetype::from_idx((self.raw(self.index(pfn)) & MT_MASK) as usize)
             .unwrap_or(Migratetype::Movable)
@@ -105,7 +104,6 @@ impl PageblockTable {
     }
 
     /// Clears the isolation of the block holding `pfn`; returns the restored type.
-    #[allow(dead_code)] // isolation and bad-page handling build on it
     pub fn unisolate_locked(&self, pfn: Pfn) -> Migratetype {
         let i = self.index(pfn);
         let new = self.raw(i) & !ISOLATE;

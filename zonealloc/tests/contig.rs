@@ -1,0 +1,227 @@
+//! Contiguous and bulk paths: free_contig_range, free_pages_bulk, alloc_pages_bulk,
+//! alloc_contig_range, alloc_contig_pages.
+
+use zonealloc::*;
+
+fn za(nr_pages: u64) -> ZoneAllocator {
+    ZoneAllocator::new(Config {
+        nr_cpus: 2,
+        ..Config::single_zone(ZoneType::Normal, Pfn(0), nr_pages)
+    })
+    .unwrap()
+}
+
+#[track_caller]
+fn settled(za: &ZoneAllocator) {
+    za.drain_all_pages();
+    let r = za.check_invariants().unwrap();
+    assert_eq!(r.allocated_pages, 0);
+    assert_eq!(za.nr_free_pages(), za.managed_pages());
+}
+
+#[test]
+fn split_order9_freed_as_one_block() {
+    let za = za(1 << 14);
+    let pfn = za.alloc_pages_on(0, Gfp::KERNEL, Order(9)).unwrap();
+    za.split_page(pfn, Order(9)).unwrap();
+    let before = za.vmstat().get("pgfree").unwrap();
+    za.free_contig_range(pfn, 512).unwrap();
+    assert_eq!(za.vmstat().get("pgfree").unwrap() - before, 512);
+    // The chunk is a single order-9 block (on the THP per-CPU list or merged).
+    za.check_invariants().unwrap();
+    assert!(matches!(
+        za.frame_state(pfn),
+        Some(FrameState::PerCpu { order: Order(9) }) | Some(FrameState::Free { .. })
+    ));
+    settled(&za);
+}
+
+#[test]
+fn referenced_page_ends_the_run() {
+    let za = za(1 << 12);
+    let pfn = za.alloc_pages(Gfp::KERNEL, Order(4)).unwrap();
+    za.split_page(pfn, Order(4)).unwrap();
+    za.get_page(pfn.add(5)).unwrap();
+    za.free_contig_range(pfn, 16).unwrap();
+    assert_eq!(
+        za.frame_state(pfn.add(5)),
+        Some(FrameState::Allocated {
+            order: Order(0),
+            refcount: 1
+        })
+    );
+    za.check_invariants().unwrap();
+    za.free_pages(pfn.add(5), Order(0)).unwrap();
+    settled(&za);
+}
+
+#[test]
+fn contig_range_matches_worked_example_and_round_trips() {
+    let za = za(1 << 14);
+    za.alloc_contig_range(Pfn(4099), Pfn(4099 + 1024)).unwrap();
+    za.check_invariants().unwrap();
+    for p in 4099..4099 + 1024 {
+        assert_eq!(
+            za.frame_state(Pfn(p)),
+            Some(FrameState::Allocated {
+                order: Order(0),
+                refcount: 1
+            })
+        );
+    }
+    assert_eq!(
+        za.alloc_contig_range(Pfn(4000), Pfn(4200)),
+        Err(ContigError::Busy(Pfn(4099)))
+    );
+    za.check_invariants().unwrap();
+    za.free_contig_range(Pfn(4099), 1024).unwrap();
+    settled(&za);
+    let fresh = za_fresh_buddyinfo(1 << 14);
+    assert_eq!(za.buddyinfo(), fresh);
+}
+
+fn za_fresh_buddyinfo(n: u64) -> BuddyInfo {
+    za(n).buddyinfo()
+}
+
+#[test]
+fn contig_failure_restores_every_pageblock() {
+    let za = za(1 << 13);
+    let held = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
+    let types_before = za.pagetypeinfo().zones[0].nr_blocks;
+    let r = za.alloc_contig_range(Pfn(0), Pfn(1 << 13));
+    assert_eq!(r, Err(ContigError::Busy(held)));
+    assert_eq!(za.pagetypeinfo().zones[0].nr_blocks, types_before);
+    za.check_invariants().unwrap();
+    za.free_pages(held, Order(0)).unwrap();
+    settled(&za);
+}
+
+#[test]
+fn contig_drains_per_cpu_lists_into_the_range() {
+    let za = za(1 << 12);
+    let mut v = Vec::new();
+    for _ in 0..20 {
+        v.push(za.alloc_pages_on(1, Gfp::KERNEL, Order(0)).unwrap());
+    }
+    for &p in &v {
+        za.free_pages_on(1, p, Order(0)).unwrap();
+    }
+    assert!(za.nr_pcp_pages() > 0);
+    za.alloc_contig_range(Pfn(0), Pfn(1 << 12)).unwrap();
+    assert_eq!(za.nr_free_pages(), 0);
+    za.free_contig_range(Pfn(0), 1 << 12).unwrap();
+    settled(&za);
+}
+
+#[test]
+fn alloc_contig_pages_finds_a_run() {
+    let za = za(1 << 13);
+    let a = za.alloc_contig_pages(700, Gfp::KERNEL, 0).unwrap();
+    let b = za.alloc_contig_pages(700, Gfp::KERNEL, 0).unwrap();
+    assert!(a.0 + 700 <= b.0 || b.0 + 700 <= a.0);
+    za.check_invariants().unwrap();
+    za.free_contig_range(a, 700).unwrap();
+    za.free_contig_range(b, 700).unwrap();
+    settled(&za);
+    assert_eq!(
+        za.alloc_contig_pages(0, Gfp::KERNEL, 0),
+        Err(ContigError::InvalidRange)
+    );
+}
+
+#[test]
+fn bad_contig_frees_change_nothing() {
+    let za = ZoneAllocator::new(Config {
+        nr_cpus: 2,
+        nodes: vec![NodeConfig {
+            zones: vec![
+                ZoneConfig::new(ZoneType::Dma32, Pfn(0), 4096),
+                ZoneConfig::new(ZoneType::Normal, Pfn(4096), 4096),
+            ],
+        }],
+        ..Config::default()
+    })
+    .unwrap();
+    let big = za
+        .alloc_pages_node(0, Gfp::KERNEL | Gfp::DMA32, Order(3))
+        .unwrap();
+    let a = za
+        .alloc_contig_pages(8, Gfp::KERNEL | Gfp::DMA32, 0)
+        .unwrap();
+    let digest = za.state_digest();
+    let cases: Vec<(Pfn, u64, FreeError)> = vec![
+        (
+            big,
+            8,
+            FreeError::WrongOrder {
+                pfn: big,
+                given: Order(0),
+                actual: Order(3),
+            },
+        ),
+        (big.add(1), 1, FreeError::TailPage(big.add(1))),
+        (Pfn(4090), 10, FreeError::CrossesZone(Pfn(4090))),
+        (Pfn(1 << 20), 1, FreeError::OutOfRange(Pfn(1 << 20))),
+    ];
+    for (p, n, e) in cases {
+        assert_eq!(za.free_contig_range(p, n), Err(e));
+        assert_eq!(za.state_digest(), digest);
+    }
+    // A free page inside the range.
+    let free_p = (0..4096)
+        .map(Pfn)
+        .find(|&p| matches!(za.frame_state(p), Some(FrameState::Free { .. })))
+        .unwrap();
+    assert!(za.free_contig_range(free_p, 1).is_err());
+    assert_eq!(za.state_digest(), digest);
+    za.free_contig_range(a, 8).unwrap();
+    za.free_pages(big, Order(3)).unwrap();
+    settled(&za);
+}
+
+#[test]
+fn bulk_free_any_order_and_duplicates() {
+    let za = za(1 << 13);
+    let mut pages = vec![None; 300];
+    assert_eq!(za.alloc_pages_bulk(Gfp::KERNEL, &mut pages), 300);
+    let mut pfns: Vec<Pfn> = pages.iter().map(|p| p.unwrap()).collect();
+    pfns.sort();
+    pfns.dedup();
+    assert_eq!(pfns.len(), 300);
+    // Duplicate beyond the references: refused, nothing changed.
+    let mut dup = pfns.clone();
+    dup.push(pfns[7]);
+    let d = za.state_digest();
+    assert_eq!(
+        za.free_pages_bulk(&dup),
+        Err(FreeError::AlreadyFree(pfns[7]))
+    );
+    assert_eq!(za.state_digest(), d);
+    // With a second reference the duplicate is legal.
+    za.get_page(pfns[7]).unwrap();
+    // Reverse order: correct, if slower.
+    dup.reverse();
+    za.free_pages_bulk(&dup).unwrap();
+    settled(&za);
+}
+
+#[test]
+fn bulk_alloc_fills_only_empty_slots() {
+    let za = za(1 << 12);
+    let keep = za.alloc_pages(Gfp::KERNEL, Order(0)).unwrap();
+    let mut pages = vec![None, Some(keep), None, None];
+    assert_eq!(za.alloc_pages_bulk(Gfp::KERNEL, &mut pages), 4);
+    assert_eq!(pages[1], Some(keep));
+    let all: Vec<Pfn> = pages.iter().map(|p| p.unwrap()).collect();
+    za.free_pages_bulk(&all).unwrap();
+    settled(&za);
+    // Exhaustion gives a partial result, never a panic.
+    let mut big = vec![None; 5000];
+    let n = za.alloc_pages_bulk(Gfp::KERNEL | Gfp::MEMALLOC, &mut big);
+    assert!(n > 0 && n <= 4096);
+    let got: Vec<Pfn> = big.iter().flatten().copied().collect();
+    assert_eq!(got.len(), n);
+    za.free_pages_bulk(&got).unwrap();
+    settled(&za);
+}
