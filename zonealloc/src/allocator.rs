@@ -31,7 +31,7 @@ use crate::buddy::RmqueueMode;
 use crate::config::{Config, ConfigError};
 use crate::error::{AllocError, FreeError};
 use crate::frame::{
-    FrameState, Word, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP,
+    FrameState, Word, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP, TAG_TAIL,
 };
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{
@@ -580,7 +580,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if !pfn.is_aligned(order) {
             return Err(FreeError::Misaligned { pfn, order });
         }
-        self.put_and_free(z, pfn, Some(order), self.current_cpu())
+        self.put_and_free(z, pfn, Some(order), Via::Cpu(self.current_cpu()))
             .map(|_| ())
     }
 
@@ -596,7 +596,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if !pfn.is_aligned(order) {
             return Err(FreeError::Misaligned { pfn, order });
         }
-        self.put_and_free(z, pfn, Some(order), cpu % self.config.nr_cpus)
+        self.put_and_free(z, pfn, Some(order), Via::Cpu(cpu % self.config.nr_cpus))
             .map(|_| ())
     }
 
@@ -607,46 +607,91 @@ impl<B: Backend> ZoneAllocator<B> {
     /// A `FreeError` if `pfn` is not the head of an allocated block.
     pub fn put_page(&self, pfn: Pfn) -> Result<bool, FreeError> {
         let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        self.put_and_free(z, pfn, None, self.current_cpu())
+        self.put_and_free(z, pfn, None, Via::Cpu(self.current_cpu()))
     }
 
-    /// Drops a reference with one CAS; the winner of the last reference frees.
+    /// Changes the state word of the allocated block headed by `pfn` with one
+    /// compare-and-swap: `f` maps the current word (always an allocated head) to
+    /// the new one or refuses. Returns the old and new words.
     #[inline]
-    fn put_and_free(
+    fn update_head(
         &self,
         z: &Zone,
         pfn: Pfn,
-        order: Option<Order>,
-        cpu: usize,
-    ) -> Result<bool, FreeError> {
+        f: impl Fn(Word) -> Result<Word, FreeError>,
+    ) -> Result<(Word, Word), FreeError> {
         let idx = z.idx(pfn);
         let mut w = z.frames.word(idx);
         loop {
             if w.tag() != TAG_ALLOC {
                 return Err(self.classify(z, pfn, w));
             }
-            let actual = w.order();
-            if let Some(given) = order {
-                if given != actual {
-                    return Err(FreeError::WrongOrder { pfn, given, actual });
-                }
-            }
-            let last = w.refcount() <= 1;
-            let new = if last {
-                Word::frozen(actual)
-            } else {
-                w.with_refcount(w.refcount() - 1)
-            };
+            let new = f(w)?;
             match z.frames.cas_word(idx, w, new) {
-                Ok(_) => {
-                    if last {
-                        self.free_frozen(z, pfn, actual, cpu);
-                    }
-                    return Ok(last);
-                }
+                Ok(_) => return Ok((w, new)),
                 Err(cur) => w = cur,
             }
         }
+    }
+
+    /// Drops a reference; the winner of the last reference frees the block through
+    /// `via`. Returns whether the block was freed.
+    #[inline]
+    pub(crate) fn put_and_free(
+        &self,
+        z: &Zone,
+        pfn: Pfn,
+        order: Option<Order>,
+        via: Via,
+    ) -> Result<bool, FreeError> {
+        let (old, new) = self.update_head(z, pfn, |w| {
+            let actual = w.order();
+            match order {
+                Some(given) if given != actual => Err(FreeError::WrongOrder { pfn, given, actual }),
+                _ if w.refcount() <= 1 => Ok(Word::frozen(actual)),
+                _ => Ok(w.with_refcount(w.refcount() - 1)),
+            }
+        })?;
+        let last = new.tag() == TAG_FROZEN;
+        if last {
+            match via {
+                Via::Cpu(cpu) => self.free_frozen(z, pfn, old.order(), cpu),
+                Via::Zone => self.free_one_page(z, pfn, old.order()),
+            }
+        }
+        Ok(last)
+    }
+
+    /// Subtracts `nr` references from the block headed by `pfn`; if that leaves
+    /// none, the count becomes `reset` instead and the caller keeps the block
+    /// (`page_ref_sub_and_test` followed by `set_page_count`, as page_frag recycles
+    /// a page). Returns whether the count reached zero.
+    pub(crate) fn page_ref_sub_or_reset(
+        &self,
+        pfn: Pfn,
+        nr: u32,
+        reset: u32,
+    ) -> Result<bool, FreeError> {
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        let (old, _) = self.update_head(z, pfn, |w| match w.refcount().checked_sub(nr) {
+            Some(0) => Ok(w.with_refcount(reset)),
+            Some(r) => Ok(w.with_refcount(r)),
+            None => Err(FreeError::AlreadyFree(pfn)),
+        })?;
+        Ok(old.refcount() == nr)
+    }
+
+    /// Adds `nr` references to the block headed by `pfn` (`page_ref_add`).
+    pub(crate) fn page_ref_add(&self, pfn: Pfn, nr: u32) -> Result<(), FreeError> {
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        self.update_head(z, pfn, |w| {
+            let r = w
+                .refcount()
+                .checked_add(nr)
+                .ok_or(FreeError::RefcountOverflow(pfn))?;
+            Ok(w.with_refcount(r))
+        })
+        .map(|_| ())
     }
 
     /// `__free_frozen_pages()`: frees a block the caller froze, to CPU `cpu`'s list
@@ -673,7 +718,7 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// `free_one_page()`: the zone-lock path.
-    fn free_one_page(&self, z: &Zone, pfn: Pfn, order: Order) {
+    pub(crate) fn free_one_page(&self, z: &Zone, pfn: Pfn, order: Order) {
         z.lock().free_block_locked(pfn, order, false);
         count_zone_free(z, order);
     }
@@ -737,22 +782,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// A `FreeError` if `pfn` is not the head of an allocated block, or the count
     /// would overflow.
     pub fn get_page(&self, pfn: Pfn) -> Result<(), FreeError> {
-        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        let idx = z.idx(pfn);
-        let mut w = z.frames.word(idx);
-        loop {
-            if w.tag() != TAG_ALLOC {
-                return Err(self.classify(z, pfn, w));
-            }
-            let r = w
-                .refcount()
-                .checked_add(1)
-                .ok_or(FreeError::RefcountOverflow(pfn))?;
-            match z.frames.cas_word(idx, w, w.with_refcount(r)) {
-                Ok(_) => return Ok(()),
-                Err(cur) => w = cur,
-            }
-        }
+        self.page_ref_add(pfn, 1)
     }
 
     /// The reference count of the allocated block whose head is `pfn`.
@@ -782,12 +812,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if !pfn.is_aligned(order) {
             return Err(FreeError::Misaligned { pfn, order });
         }
-        let idx = z.idx(pfn);
-        let mut w = z.frames.word(idx);
-        loop {
-            if w.tag() != TAG_ALLOC {
-                return Err(self.classify(z, pfn, w));
-            }
+        let (old, _) = self.update_head(z, pfn, |w| {
             if w.order() != order {
                 return Err(FreeError::WrongOrder {
                     pfn,
@@ -795,18 +820,38 @@ impl<B: Backend> ZoneAllocator<B> {
                     actual: w.order(),
                 });
             }
-            let mt = Migratetype::from_idx(w.aux() as usize).unwrap_or(Migratetype::Unmovable);
-            let head = Word::alloc(Order(0), mt).with_refcount(w.refcount());
-            match z.frames.cas_word(idx, w, head) {
-                Ok(_) => break,
-                Err(cur) => w = cur,
-            }
-        }
+            Ok(Word::new(TAG_ALLOC, 0, w.aux(), w.refcount()))
+        })?;
+        let idx = z.idx(pfn);
+        let w = old;
         let mt = Migratetype::from_idx(w.aux() as usize).unwrap_or(Migratetype::Unmovable);
         for i in 1..order.nr_pages() as u32 {
             z.frames.set_word(idx + i, Word::alloc(Order(0), mt));
         }
         Ok(())
+    }
+
+    /// The allocated block containing frame `pfn`: its head and order (Linux's
+    /// `compound_head`, for any block).
+    ///
+    /// # Errors
+    /// The `FreeError` of the frame if it is in no allocated block.
+    pub fn block_of(&self, pfn: Pfn) -> Result<(Pfn, Order), FreeError> {
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        for o in 0..=z.max_order.0 {
+            let head = Pfn(pfn.0 & !((1u64 << o) - 1));
+            if !z.contains(head) {
+                break;
+            }
+            let w = z.frames.word(z.idx(head));
+            if w.tag() == TAG_ALLOC && w.order().0 >= o {
+                return Ok((head, w.order()));
+            }
+            if w.tag() != TAG_TAIL {
+                break;
+            }
+        }
+        Err(self.classify(z, pfn, z.frames.word(z.idx(pfn))))
     }
 
     /// Names what is wrong with using `pfn` as the head of an allocated block.
@@ -868,6 +913,15 @@ impl<B: Backend> ZoneAllocator<B> {
             .iter()
             .map(|z| (z.id, Pfn(z.start_pfn), z.spanned, z.present))
     }
+}
+
+/// Where a block whose last reference was dropped goes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Via {
+    /// The ordinary path: that CPU's lists where the order has one, else the zone.
+    Cpu(usize),
+    /// Straight to the buddy lists under the zone lock (`__free_pages_ok`).
+    Zone,
 }
 
 /// The OS's idea of the current CPU.

@@ -136,6 +136,10 @@ unsafe impl Backend for Arena {
     fn page_size(&self) -> Option<usize> {
         Some(1 << self.page_shift)
     }
+
+    fn pfn_of_addr(&self, addr: *const u8) -> Option<Pfn> {
+        Arena::pfn_of_addr(self, addr)
+    }
 }
 
 impl Drop for Arena {

@@ -25,6 +25,11 @@ pub unsafe trait Backend: Send + Sync {
     /// The frames are owned by the caller.
     fn zero_pages(&self, pfn: Pfn, nr: u64);
 
+    /// The frame whose page holds address `addr`, if any.
+    fn pfn_of_addr(&self, _addr: *const u8) -> Option<Pfn> {
+        None
+    }
+
     /// Page size in bytes, if frames have contents.
     fn page_size(&self) -> Option<usize> {
         None

@@ -7,6 +7,7 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::page_frag::FragFreePath;
 use crate::pcp::PcpConfig;
 use crate::types::{Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT};
 
@@ -82,6 +83,8 @@ pub struct Config {
     /// CPU 0 without. The result is taken modulo `nr_cpus`. Any value is safe: it
     /// only picks which CPU's lists to try.
     pub cpu_id: Option<fn() -> usize>,
+    /// How fragment blocks return when their last fragment is freed.
+    pub frag_free_path: FragFreePath,
 }
 
 impl Default for Config {
@@ -104,6 +107,7 @@ impl Default for Config {
             nr_cpus: default_nr_cpus(),
             pcp: PcpConfig::default(),
             cpu_id: None,
+            frag_free_path: FragFreePath::default(),
         }
     }
 }

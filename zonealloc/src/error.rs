@@ -74,6 +74,8 @@ pub enum FreeError {
     CrossesZone(Pfn),
     /// The frame was taken out of circulation after a bad-page report.
     BadPage(Pfn),
+    /// The address is not in the allocator's memory.
+    ForeignAddress(usize),
 }
 
 impl FreeError {
@@ -89,7 +91,7 @@ impl FreeError {
             | FreeError::CrossesZone(p)
             | FreeError::BadPage(p) => p,
             FreeError::WrongOrder { pfn, .. } | FreeError::Misaligned { pfn, .. } => pfn,
-            FreeError::InvalidOrder(_) => Pfn(0),
+            FreeError::InvalidOrder(_) | FreeError::ForeignAddress(_) => Pfn(0),
         }
     }
 }
@@ -115,6 +117,7 @@ impl fmt::Display for FreeError {
             FreeError::RefcountOverflow(p) => write!(f, "pfn {p}: reference count overflow"),
             FreeError::CrossesZone(p) => write!(f, "range at pfn {p} crosses a zone boundary"),
             FreeError::BadPage(p) => write!(f, "pfn {p} was reported bad"),
+            FreeError::ForeignAddress(a) => write!(f, "address {a:#x} is not the allocator's"),
         }
     }
 }

@@ -79,6 +79,11 @@ impl Gfp {
         Gfp(bits)
     }
 
+    /// Both sets of flags, usable in `const` contexts (`a | b` elsewhere).
+    pub const fn union(self, other: Gfp) -> Gfp {
+        Gfp(self.0 | other.0)
+    }
+
     /// Whether every flag of `other` is set.
     #[inline]
     pub const fn contains(self, other: Gfp) -> bool {

@@ -32,6 +32,7 @@
 //! | `buddy` | split, merge, fallback, highatomic reserves (zone lock held) |
 //! | `isolate` | pageblock isolation for contiguous allocation |
 //! | `contig` | `free_contig_range`, bulk free/alloc, `alloc_contig_range` |
+//! | `page_frag` | page fragment cache with the reference-bias trick |
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
 //! | `stats` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices |
@@ -62,6 +63,7 @@ mod frame;
 mod gfp;
 mod isolate;
 mod owned;
+mod page_frag;
 mod pageblock;
 mod pcp;
 mod stats;
@@ -80,6 +82,7 @@ pub use error::{AllocError, FreeError};
 pub use frame::FrameState;
 pub use gfp::Gfp;
 pub use owned::PageBlock;
+pub use page_frag::{FragError, FragFreePath, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
 pub use pcp::{PcpConfig, PAGE_ALLOC_COSTLY_ORDER};
 pub use stats::{
     fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,
