@@ -360,7 +360,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// As `alloc_pages`.
     #[inline]
     pub fn alloc_pages_on(&self, cpu: usize, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node_on(cpu % self.config.nr_cpus, 0, gfp, order)
+        self.alloc_pages_node_on(self.cpu_index(cpu), 0, gfp, order)
     }
 
     /// The CPU whose per-CPU lists this thread uses now.
@@ -370,8 +370,14 @@ impl<B: Backend> ZoneAllocator<B> {
             Some(f) => f(),
             None => os_cpu_id(),
         };
-        if self.config.nr_cpus == 1 {
-            0
+        self.cpu_index(id)
+    }
+
+    /// Maps any number to a CPU index; avoids a division in the common case.
+    #[inline]
+    fn cpu_index(&self, id: usize) -> usize {
+        if id < self.config.nr_cpus {
+            id
         } else {
             id % self.config.nr_cpus
         }
@@ -596,7 +602,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if !pfn.is_aligned(order) {
             return Err(FreeError::Misaligned { pfn, order });
         }
-        self.put_and_free(z, pfn, Some(order), Via::Cpu(cpu % self.config.nr_cpus))
+        self.put_and_free(z, pfn, Some(order), Via::Cpu(self.cpu_index(cpu)))
             .map(|_| ())
     }
 
@@ -735,7 +741,7 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// Empties CPU `cpu`'s lists in every zone; returns the pages returned.
     pub fn drain_cpu_pages(&self, cpu: usize) -> u64 {
-        let cpu = cpu % self.config.nr_cpus;
+        let cpu = self.cpu_index(cpu);
         let mut n = 0;
         for z in self.zones.iter() {
             let mut p = z.pcp_lock(cpu);
@@ -924,15 +930,16 @@ pub(crate) enum Via {
     Zone,
 }
 
-/// The OS's idea of the current CPU.
+/// The OS's idea of the current CPU: glibc's rseq area where there is one (a plain
+/// load, kept current by the kernel), else `sched_getcpu()`.
 #[inline]
 fn os_cpu_id() -> usize {
     #[cfg(all(feature = "std", target_os = "linux", not(loom)))]
     {
-        // SAFETY: `sched_getcpu` has no preconditions; glibc answers from rseq.
-        #[allow(unsafe_code)]
-        let c = unsafe { libc::sched_getcpu() };
-        c.max(0) as usize
+        if let Some(c) = crate::os::rseq_cpu_id() {
+            return c;
+        }
+        crate::os::sched_getcpu()
     }
     #[cfg(not(all(feature = "std", target_os = "linux", not(loom))))]
     0

@@ -62,6 +62,8 @@ mod error;
 mod frame;
 mod gfp;
 mod isolate;
+#[cfg(all(feature = "std", target_os = "linux", not(loom)))]
+mod os;
 mod owned;
 mod page_frag;
 mod pageblock;

@@ -41,7 +41,7 @@
 //! buddy's metadata, then takes the zone lock and merges them.
 
 use crate::frame::{FrameList, Word, NIL};
-use crate::sync::{AtomicU64, Lock, LockGuard, Ordering};
+use crate::sync::{AtomicU64, Ordering, TryLock, TryLockGuard};
 use crate::types::{Migratetype, Order, Pfn, MIGRATE_PCPTYPES};
 use crate::zone::{counter, Zone, ZoneEvents, ZONE_BELOW_HIGH};
 
@@ -155,7 +155,7 @@ pub(crate) struct PcpStats {
 /// A CPU's lists and counters, on their own cache lines.
 #[repr(align(128))]
 pub(crate) struct PcpSlot {
-    lock: Lock<PerCpuPages>,
+    lock: TryLock<PerCpuPages>,
     pub stats: PcpStats,
 }
 
@@ -164,13 +164,13 @@ pub(crate) struct PcpLocked<'a> {
     pub zone: &'a Zone,
     pub cpu: usize,
     pub slot: &'a PcpSlot,
-    pub pcp: LockGuard<'a, PerCpuPages>,
+    pub pcp: TryLockGuard<'a, PerCpuPages>,
 }
 
 impl PcpSlot {
     pub(crate) fn new(batch: u64, high_min: u64, high_max: u64) -> PcpSlot {
         PcpSlot {
-            lock: Lock::new(PerCpuPages {
+            lock: TryLock::new(PerCpuPages {
                 count: 0,
                 high: high_min,
                 high_min,

@@ -127,3 +127,108 @@ impl SeqCount {
         self.0.load(Ordering::Relaxed) != start
     }
 }
+
+/// A lock built for per-CPU data: `try_lock` is one compare-and-swap and `unlock` one
+/// release store, so the uncontended fast path costs a single locked instruction.
+/// Waiting (`lock`, used only by drains and statistics) spins, then yields the CPU
+/// under `std`, since the holder may be a preempted thread.
+#[cfg(not(loom))]
+pub(crate) struct TryLock<T> {
+    locked: core::sync::atomic::AtomicBool,
+    value: core::cell::UnsafeCell<T>,
+}
+
+// SAFETY: the lock hands out `&mut T` to one holder at a time, so sharing the lock
+// between threads is sound whenever sending the value would be.
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+unsafe impl<T: Send> Sync for TryLock<T> {}
+// SAFETY: owning the lock is owning the value.
+#[cfg(not(loom))]
+#[allow(unsafe_code)]
+unsafe impl<T: Send> Send for TryLock<T> {}
+
+/// Proof that a `TryLock` is held; dereferences to the protected data.
+#[cfg(not(loom))]
+pub(crate) struct TryLockGuard<'a, T> {
+    lock: &'a TryLock<T>,
+}
+
+#[cfg(not(loom))]
+impl<T> TryLock<T> {
+    pub(crate) fn new(value: T) -> TryLock<T> {
+        TryLock {
+            locked: core::sync::atomic::AtomicBool::new(false),
+            value: core::cell::UnsafeCell::new(value),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<TryLockGuard<'_, T>> {
+        // Acquire on success: the holder sees everything the previous holder wrote
+        // before its Release store in `drop`.
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| TryLockGuard { lock: self })
+    }
+
+    pub(crate) fn lock(&self) -> TryLockGuard<'_, T> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(g) = self.try_lock() {
+                return g;
+            }
+            // Relaxed: only a hint of when to retry the CAS above.
+            while self.locked.load(Ordering::Relaxed) {
+                spins += 1;
+                if spins < 64 {
+                    spin_hint();
+                } else {
+                    #[cfg(feature = "std")]
+                    std::thread::yield_now();
+                    #[cfg(not(feature = "std"))]
+                    spin_hint();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> Drop for TryLockGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: publishes the holder's writes to the next Acquire in `try_lock`.
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> core::ops::Deref for TryLockGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    #[allow(unsafe_code)]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists only while `locked` is held by its creator, so no
+        // other reference to the value is live.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> core::ops::DerefMut for TryLockGuard<'_, T> {
+    #[inline]
+    #[allow(unsafe_code)]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only access.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+/// Under loom the per-CPU lock is loom's mutex, so the model checker sees it.
+#[cfg(loom)]
+pub(crate) type TryLock<T> = Lock<T>;
+/// Proof that a `TryLock` is held.
+#[cfg(loom)]
+pub(crate) type TryLockGuard<'a, T> = LockGuard<'a, T>;
