@@ -29,6 +29,7 @@ use core::ptr::NonNull;
 use crate::backend::{AbstractFrames, Backend};
 use crate::buddy::RmqueueMode;
 use crate::config::{Config, ConfigError};
+use crate::debug::{DebugState, FaultSite};
 use crate::error::{AllocError, FreeError};
 use crate::frame::{
     FrameState, Word, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP, TAG_TAIL,
@@ -57,6 +58,7 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     node_zones: Box<[[Option<usize>; MAX_NR_ZONES]]>,
     min_free_kbytes: u64,
     pub(crate) backend: B,
+    pub(crate) debug: DebugState,
 }
 
 impl ZoneAllocator<AbstractFrames> {
@@ -163,8 +165,10 @@ impl<B: Backend> ZoneAllocator<B> {
             zonelists,
             node_zones: node_zones.into_boxed_slice(),
             backend,
+            debug: DebugState::default(),
         };
         za.setup_watermarks(za.config.min_free_kbytes);
+        za.init_free_memory();
         Ok(za)
     }
 
@@ -391,7 +395,7 @@ impl<B: Backend> ZoneAllocator<B> {
         self.alloc_pages_node_on(self.current_cpu(), nid, gfp, order)
     }
 
-    fn alloc_pages_node_on(
+    fn alloc_pages_node_on_checked(
         &self,
         cpu: usize,
         nid: u16,
@@ -449,6 +453,20 @@ impl<B: Backend> ZoneAllocator<B> {
         Err(AllocError::NoMemory { order })
     }
 
+    #[inline]
+    fn alloc_pages_node_on(
+        &self,
+        cpu: usize,
+        nid: u16,
+        gfp: Gfp,
+        order: Order,
+    ) -> Result<Pfn, AllocError> {
+        if self.should_fail(FaultSite::Alloc) {
+            return Err(AllocError::NoMemory { order });
+        }
+        self.alloc_pages_node_on_checked(cpu, nid, gfp, order)
+    }
+
     /// `alloc_flags_nofragment()`: a Normal-zone request on a node that also has a
     /// DMA32 zone should rather spill into DMA32 than fragment Normal.
     fn nofragment(&self, req: &Request) -> bool {
@@ -493,23 +511,33 @@ impl<B: Backend> ZoneAllocator<B> {
         None
     }
 
-    /// `rmqueue()`: from this CPU's list where the order has one, else the buddy.
+    /// `rmqueue()`: from this CPU's list where the order has one, else the buddy;
+    /// a block that fails its debug checks is retired and another one taken.
     #[inline]
     fn rmqueue(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
         let order = req.order;
-        if self.config.pcp.enabled && pcp_allowed_order(order, z.pageblock_order) {
-            if let Some(mut pcp) = z.pcp_trylock(req.cpu) {
-                if let Some(pfn) = pcp.rmqueue(order, req.mt, flags) {
-                    drop(pcp);
-                    self.prep_new_page(z, pfn, order, req.gfp, req.mt);
-                    return Some(pfn);
-                }
+        loop {
+            let pfn = self
+                .rmqueue_pcplist(z, req, flags)
+                .or_else(|| self.rmqueue_buddy(z, req, flags))?;
+            if self.alloc_check(z, pfn, order) {
+                self.prep_new_page(z, pfn, order, req.gfp, req.mt);
+                return Some(pfn);
             }
         }
-        self.rmqueue_buddy(z, req, flags)
     }
 
-    /// `rmqueue_buddy()` and `prep_new_page()`.
+    /// `rmqueue_pcplist()`: this CPU's list, if the order has one and its lock is free.
+    #[inline]
+    fn rmqueue_pcplist(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
+        if !self.config.pcp.enabled || !pcp_allowed_order(req.order, z.pageblock_order) {
+            return None;
+        }
+        z.pcp_trylock(req.cpu)?
+            .rmqueue(req.order, req.mt, flags, &self.debug.faults)
+    }
+
+    /// `rmqueue_buddy()`: a block from the buddy lists under the zone lock.
     fn rmqueue_buddy(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
         let order = req.order;
         let mt = if z.mobility_disabled {
@@ -537,7 +565,6 @@ impl<B: Backend> ZoneAllocator<B> {
             pfn
         };
         ZoneEvents::inc(&z.events.pgalloc, order.nr_pages());
-        self.prep_new_page(z, pfn, order, req.gfp, req.mt);
         Some(pfn)
     }
 
@@ -660,6 +687,7 @@ impl<B: Backend> ZoneAllocator<B> {
         })?;
         let last = new.tag() == TAG_FROZEN;
         if last {
+            self.free_prepare(pfn, old.order());
             match via {
                 Via::Cpu(cpu) => self.free_frozen(z, pfn, old.order(), cpu),
                 Via::Zone => self.free_one_page(z, pfn, old.order()),

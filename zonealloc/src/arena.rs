@@ -95,6 +95,15 @@ impl Arena {
         })
     }
 
+    /// The bytes of frames `[pfn, pfn + nr)`, clamped to the arena: a pointer into
+    /// the mapping and a length that stays inside it.
+    fn frames_bytes(&self, pfn: Pfn, nr: u64) -> Option<(*mut u8, usize)> {
+        let p = self.page_address(pfn)?;
+        let i = pfn.0 - self.first_pfn;
+        let nr = nr.min(self.nr_frames - i);
+        Some((p.as_ptr(), (nr << self.page_shift) as usize))
+    }
+
     /// Bytes mapped.
     pub fn len_bytes(&self) -> usize {
         self.len
@@ -122,15 +131,28 @@ unsafe impl Backend for Arena {
     }
 
     fn zero_pages(&self, pfn: Pfn, nr: u64) {
-        let Some(p) = self.page_address(pfn) else {
-            return;
-        };
-        let i = pfn.0 - self.first_pfn;
-        let nr = nr.min(self.nr_frames - i);
-        // SAFETY: the frames `[pfn, pfn + nr)` lie inside the mapping (clamped above)
-        // and are owned by the caller (see `Backend::zero_pages`), so no one else
-        // reads or writes them now.
-        unsafe { core::ptr::write_bytes(p.as_ptr(), 0, (nr << self.page_shift) as usize) };
+        self.fill_pages(pfn, nr, 0);
+    }
+
+    fn fill_pages(&self, pfn: Pfn, nr: u64, byte: u8) {
+        if let Some((p, len)) = self.frames_bytes(pfn, nr) {
+            // SAFETY: `frames_bytes` keeps the range inside the mapping, and the
+            // caller owns the frames (see `Backend::fill_pages`), so no one else
+            // reads or writes them now.
+            unsafe { core::ptr::write_bytes(p, byte, len) };
+        }
+    }
+
+    fn find_mismatch(&self, pfn: Pfn, nr: u64, byte: u8) -> Option<(usize, u8)> {
+        let (p, len) = self.frames_bytes(pfn, nr)?;
+        // SAFETY: `frames_bytes` keeps the range inside the mapping; the caller owns
+        // the frames, so nobody writes them while we read.
+        let s = unsafe { core::slice::from_raw_parts(p, len) };
+        s.iter().position(|&b| b != byte).map(|i| (i, s[i]))
+    }
+
+    fn initially_zero(&self) -> bool {
+        true
     }
 
     fn page_size(&self) -> Option<usize> {

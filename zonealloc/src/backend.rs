@@ -25,6 +25,22 @@ pub unsafe trait Backend: Send + Sync {
     /// The frames are owned by the caller.
     fn zero_pages(&self, pfn: Pfn, nr: u64);
 
+    /// Fills `nr` frames from `pfn` with `byte` (page poisoning). The frames are
+    /// owned by the caller.
+    fn fill_pages(&self, _pfn: Pfn, _nr: u64, _byte: u8) {}
+
+    /// The first byte of the `nr` frames from `pfn` that is not `byte`, as (offset,
+    /// value); `None` if all match or frames have no contents.
+    fn find_mismatch(&self, _pfn: Pfn, _nr: u64, _byte: u8) -> Option<(usize, u8)> {
+        None
+    }
+
+    /// Whether every frame reads as zeroes when the backend is new (fresh anonymous
+    /// memory does).
+    fn initially_zero(&self) -> bool {
+        false
+    }
+
     /// The frame whose page holds address `addr`, if any.
     fn pfn_of_addr(&self, _addr: *const u8) -> Option<Pfn> {
         None

@@ -21,9 +21,7 @@ use core::fmt;
 
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
-use crate::frame::{
-    Word, NIL, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP, TAG_TAIL,
-};
+use crate::frame::{Word, NIL, TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP, TAG_TAIL};
 use crate::pageblock::COUNTED;
 use crate::types::{Migratetype, Order, Pfn, MIGRATE_TYPES};
 use crate::zone::{counter, ZoneLocked};
@@ -240,11 +238,7 @@ fn check_zone(
             }
             _ => {}
         }
-        let order = if w.tag() == TAG_BAD {
-            Order(0)
-        } else {
-            w.order()
-        };
+        let order = w.order();
         c.ensure(order <= max, Some(pfn), || {
             format!("order {order} above max")
         })?;

@@ -7,6 +7,7 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+use crate::debug::DebugConfig;
 use crate::page_frag::FragFreePath;
 use crate::pcp::PcpConfig;
 use crate::types::{Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT};
@@ -85,6 +86,8 @@ pub struct Config {
     pub cpu_id: Option<fn() -> usize>,
     /// How fragment blocks return when their last fragment is freed.
     pub frag_free_path: FragFreePath,
+    /// Debug modes: poisoning, init-on-alloc/free.
+    pub debug: DebugConfig,
 }
 
 impl Default for Config {
@@ -108,6 +111,7 @@ impl Default for Config {
             pcp: PcpConfig::default(),
             cpu_id: None,
             frag_free_path: FragFreePath::default(),
+            debug: DebugConfig::default(),
         }
     }
 }

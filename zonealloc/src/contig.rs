@@ -170,6 +170,7 @@ impl<B: Backend> ZoneAllocator<B> {
             // Interior frames are already `Tail` (set when each page froze); the head
             // becomes the frozen head of the whole chunk.
             z.frames.set_word(z.idx(p), Word::frozen(order));
+            self.free_prepare(p, order);
             self.free_frozen(z, p, order, cpu);
         }
     }
@@ -233,6 +234,9 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Returns the number of filled slots, pre-filled ones included; a short count
     /// means memory ran low.
     pub fn alloc_pages_bulk(&self, gfp: Gfp, pages: &mut [Option<Pfn>]) -> usize {
+        if self.should_fail(crate::debug::FaultSite::Alloc) {
+            return pages.iter().filter(|p| p.is_some()).count();
+        }
         let filled = pages.iter().filter(|p| p.is_some()).count();
         let missing = pages.len() - filled;
         if missing == 0 {
@@ -279,7 +283,7 @@ impl<B: Backend> ZoneAllocator<B> {
             if slot.is_some() {
                 continue;
             }
-            match pcp.rmqueue(Order(0), mt, flags) {
+            match pcp.rmqueue(Order(0), mt, flags, &self.debug.faults) {
                 Some(p) => got.push((i, p)),
                 None => break,
             }
@@ -288,11 +292,15 @@ impl<B: Backend> ZoneAllocator<B> {
         if got.is_empty() {
             return filled + single(&mut pages[first_empty]);
         }
+        let mut n = filled;
         for &(i, p) in &got {
-            self.prep_new_page(z, p, Order(0), gfp, mt);
-            pages[i] = Some(p);
+            if self.alloc_check(z, p, Order(0)) {
+                self.prep_new_page(z, p, Order(0), gfp, mt);
+                pages[i] = Some(p);
+                n += 1;
+            }
         }
-        filled + got.len()
+        n
     }
 
     // -------------------------------------------------------------------------
@@ -382,6 +390,9 @@ impl<B: Backend> ZoneAllocator<B> {
             zl.free_block_locked(p, order, false);
         }
         drop(zl);
+        if self.config.debug.init_on_alloc {
+            self.backend.zero_pages(start, end.0 - start.0);
+        }
         for p in start.0..end.0 {
             z.frames
                 .set_word(z.idx(Pfn(p)), Word::alloc(Order(0), Migratetype::Movable));

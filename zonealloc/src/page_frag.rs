@@ -129,6 +129,11 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
             .backend()
             .page_size()
             .ok_or(FragError::NoAddresses)?;
+        if self.za.should_fail(crate::debug::FaultSite::FragRefill) {
+            return Err(FragError::NoMemory(AllocError::NoMemory {
+                order: self.refill_order,
+            }));
+        }
         let mut got = None;
         if self.refill_order.0 > 0 {
             let gfp = (self.gfp & !Gfp::DIRECT_RECLAIM)

@@ -261,10 +261,14 @@ impl PcpLocked<'_> {
         order: Order,
         mt: Migratetype,
         flags: crate::gfp::AllocFlags,
+        faults: &crate::debug::Faults,
     ) -> Option<Pfn> {
         self.pcp.free_count >>= 1;
         let pindex = order_to_pindex(mt, order);
         if self.pcp.lists[pindex].is_empty() {
+            if faults.should_fail(crate::debug::FaultSite::PcpRefill) {
+                return None;
+            }
             if flags.has(crate::gfp::AllocFlags::HIGHATOMIC) {
                 return None;
             }

@@ -74,6 +74,12 @@ impl<T> Lock<T> {
     }
 }
 
+impl<T: Default> Default for Lock<T> {
+    fn default() -> Lock<T> {
+        Lock::new(T::default())
+    }
+}
+
 /// A sequence counter: even when no write is in progress, odd during a write.
 ///
 /// Writers (always serialised by a `Lock`) call `write_begin`/`write_end` around a
