@@ -258,16 +258,20 @@ impl ZoneLocked<'_> {
     }
 
     /// After a retype, a free block of at least pageblock order may now merge with a
-    /// buddy it was kept apart from (a highatomic or isolated neighbour): free it
-    /// again so it does. Linux does this when un-isolating; doing it on every retype
-    /// keeps "no mergeable free buddies" an invariant.
+    /// buddy it was kept apart from (a buddy of another type that the new type may
+    /// merge with: the same type, or both ordinary types): free it again so it does.
+    /// Linux does this when un-isolating; doing it on every retype keeps "no free
+    /// buddies left unmerged where merging is allowed" an invariant.
     pub(crate) fn remerge(&mut self, pfn: Pfn, order: Order, mt: Migratetype) {
-        if !mt.is_mergeable() || order >= self.zone.max_order || !self.is_free_block(pfn, order) {
+        if order >= self.zone.max_order || !self.is_free_block(pfn, order) {
             return;
         }
         let buddy = pfn.buddy(order);
-        if !self.is_free_block(buddy, order) || !self.zone.blocks.migratetype(buddy).is_mergeable()
-        {
+        if !self.is_free_block(buddy, order) {
+            return;
+        }
+        let buddy_mt = self.zone.blocks.migratetype(buddy);
+        if buddy_mt != mt && !(mt.is_mergeable() && buddy_mt.is_mergeable()) {
             return;
         }
         self.del_from_free_list(pfn, order, mt);

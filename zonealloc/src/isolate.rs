@@ -8,7 +8,7 @@
 //! covers the block is first broken up, one pageblock at a time, so that the other
 //! pageblocks keep their memory (Linux's `split_large_buddy`).
 
-use crate::frame::{Word, TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_PCP};
+use crate::frame::{TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_PCP};
 use crate::types::{Migratetype, Order, Pfn};
 use crate::zone::ZoneLocked;
 
@@ -77,9 +77,7 @@ impl ZoneLocked<'_> {
             }
         }
         set_type(self);
-        if new.is_mergeable() && self.zone.frames.word(z.idx(Pfn(lo))) == Word::buddy(pb) {
-            self.remerge(Pfn(lo), pb, new);
-        }
+        self.remerge(Pfn(lo), pb, new);
     }
 
     /// Isolates the pageblock holding `pfn`. `false` if it already was isolated.
