@@ -1,15 +1,43 @@
 //! The real-memory backend: an mmap'd arena whose frames a program can write to.
 //!
 //! Part of the crate's small unsafe island (with the prefetch hint in `frame`): this
-//! module owns one anonymous private mapping covering every frame of the
-//! configuration, `[lowest start_pfn, highest end_pfn)`, and turns frame numbers into
-//! pointers into it. Frames in holes are mapped but never handed out, so they cost no
-//! physical memory. The mapping is released when the arena is dropped, which happens
-//! only after the allocator that owns it is gone.
+//! module owns one mapping covering every frame of the configuration,
+//! `[lowest start_pfn, highest end_pfn)`, and turns frame numbers into pointers into
+//! it. Frames in holes are mapped but never handed out, so they cost no physical
+//! memory. The mapping is released when the arena is dropped, which happens only
+//! after the allocator that owns it is gone.
+//!
+//! # Two kinds of arena
+//!
+//! By default the mapping is anonymous and private. With `ArenaOptions::memfd` the
+//! frames live in a memfd (`memfd_create`, a shmem file sized to the arena) mapped
+//! `MAP_SHARED`: frame `pfn` is then the file page at offset
+//! `(pfn - first_pfn) << page_shift`, and the same frame can be mapped a second
+//! time at another address. That is what vmalloc needs to make scattered frames
+//! appear as one contiguous virtual range, as the kernel's page tables do:
+//! an `ArenaWindow` reserves a `PROT_NONE` range and maps runs of frames into it
+//! with `mmap(MAP_FIXED | MAP_SHARED, memfd, offset)`.
+//!
+//! ```text
+//!   arena (MAP_SHARED memfd)   | f0 | f1 | f2 | f3 | f4 | f5 | f6 | f7 |
+//!                                          \________/        |
+//!   window (PROT_NONE reserve) | .. | f2 | f3 | f6 | guard | .. |
+//!                                   one mmap    one mmap
+//! ```
+//!
+//! Caveat of the memfd mode: shmem pages get transparent huge pages only when
+//! `/sys/kernel/mm/transparent_hugepage/shmem_enabled` allows it (`advise` with
+//! `huge_pages`, or `always`/`within_size`); the default `never` means 4 KiB pages
+//! whatever `huge_pages` says. Every window mapping is a VMA of its own unless it
+//! continues its neighbour, so heavily fragmented page arrays can reach
+//! `vm.max_map_count` (65530 by default); a failed map is reported, not hidden.
 
 #![allow(unsafe_code)]
 
 use core::ptr::NonNull;
+#[cfg(target_os = "linux")]
+use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use crate::backend::Backend;
 use crate::config::{Config, ConfigError};
@@ -23,6 +51,11 @@ pub struct ArenaOptions {
     /// Fault every page in at creation (`MAP_POPULATE`), so first touches cost
     /// nothing later.
     pub populate: bool,
+    /// Back the frames with a memfd mapped `MAP_SHARED` instead of anonymous private
+    /// memory, so they can also be mapped elsewhere (vmalloc's contiguous views,
+    /// `VmallocSpace::new_mapped`). Linux only. See the module documentation for
+    /// the transparent-huge-page caveat of shmem.
+    pub memfd: bool,
 }
 
 /// An anonymous memory mapping backing the allocator's frames.
@@ -33,6 +66,8 @@ pub struct Arena {
     first_pfn: u64,
     nr_frames: u64,
     page_shift: u8,
+    /// The file behind the frames, in memfd mode.
+    memfd: Option<OwnedFd>,
 }
 
 // SAFETY: the arena is a plain region of memory; which thread may touch which frame
@@ -61,19 +96,30 @@ impl Arena {
         let nr_frames = hi - lo;
         let len =
             usize::try_from(nr_frames << config.page_shift).map_err(|_| ConfigError::Backend)?;
-        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let memfd = if opts.memfd {
+            Some(create_memfd(len)?)
+        } else {
+            None
+        };
+        let mut flags = libc::MAP_NORESERVE;
+        flags |= if memfd.is_some() {
+            libc::MAP_SHARED
+        } else {
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
+        };
         if opts.populate {
             flags |= libc::MAP_POPULATE;
         }
-        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing
-        // aliases no Rust object.
+        let fd = memfd.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+        // SAFETY: a fresh mapping (anonymous, or of our own new memfd) at an address
+        // of the kernel's choosing aliases no Rust object.
         let p = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 flags,
-                -1,
+                fd,
                 0,
             )
         };
@@ -92,7 +138,26 @@ impl Arena {
             first_pfn: lo,
             nr_frames,
             page_shift: config.page_shift,
+            memfd,
         })
+    }
+
+    /// The memfd behind the frames, if the arena was created with
+    /// `ArenaOptions::memfd`. Frame `pfn` is at file offset
+    /// `(pfn - first_pfn) << page_shift`.
+    pub fn memfd(&self) -> Option<BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.memfd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// The first frame of the arena (the lowest `start_pfn` of the configuration).
+    pub fn first_pfn(&self) -> Pfn {
+        Pfn(self.first_pfn)
+    }
+
+    /// Frames covered, holes included.
+    pub fn nr_frames(&self) -> u64 {
+        self.nr_frames
     }
 
     /// The bytes of frames `[pfn, pfn + nr)`, clamped to the arena: a pointer into
@@ -110,7 +175,11 @@ impl Arena {
     }
 
     /// The frame whose page contains `addr`, if it lies in the arena.
-    pub fn pfn_of_addr(&self, addr: *const u8) -> Option<Pfn> {
+    pub fn initially_zero(&self) -> bool {
+        true
+    }
+
+    fn pfn_of_addr(&self, addr: *const u8) -> Option<Pfn> {
         let off = (addr as usize).checked_sub(self.base.as_ptr() as usize)?;
         (off < self.len).then(|| Pfn(self.first_pfn + (off >> self.page_shift) as u64))
     }
@@ -151,10 +220,6 @@ unsafe impl Backend for Arena {
         s.iter().position(|&b| b != byte).map(|i| (i, s[i]))
     }
 
-    fn initially_zero(&self) -> bool {
-        true
-    }
-
     fn page_size(&self) -> Option<usize> {
         Some(1 << self.page_shift)
     }
@@ -169,6 +234,207 @@ impl Drop for Arena {
         // SAFETY: unmaps exactly the mapping created in `new`; the arena is dropped
         // only with its allocator, so no block of it is still handed out through the
         // allocator's API.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// A new memfd of `len` bytes (zero-filled, pages allocated on first touch).
+#[cfg(target_os = "linux")]
+fn create_memfd(len: usize) -> Result<OwnedFd, ConfigError> {
+    let name = c"zonealloc-arena";
+    // SAFETY: `name` is a valid NUL-terminated string; the flags are valid.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(ConfigError::Backend);
+    }
+    // SAFETY: `fd` was just returned by `memfd_create` and is owned by no one else.
+    let file = unsafe { OwnedFd::from_raw_fd(fd) };
+    let len = libc::off_t::try_from(len).map_err(|_| ConfigError::Backend)?;
+    // SAFETY: `ftruncate` on a descriptor we own; no memory is touched.
+    if unsafe { libc::ftruncate(file.as_raw_fd(), len) } != 0 {
+        return Err(ConfigError::Backend);
+    }
+    Ok(file)
+}
+
+/// memfd is Linux's; elsewhere the memfd mode is refused.
+#[cfg(not(target_os = "linux"))]
+fn create_memfd(_len: usize) -> Result<OwnedFd, ConfigError> {
+    Err(ConfigError::Backend)
+}
+
+// -----------------------------------------------------------------------------
+// Windows: a second, rearrangeable view of a memfd arena's frames
+// -----------------------------------------------------------------------------
+
+/// A reserved range of virtual addresses into which runs of a memfd arena's frames
+/// are mapped (`PROT_NONE` everywhere else): the page tables of vmalloc.
+///
+/// The window holds its own duplicate of the arena's memfd, so its mappings stay
+/// valid whatever order the two are dropped in; dropping the window unmaps all of
+/// it. Only raw addresses into the window are ever handed out.
+#[derive(Debug)]
+pub(crate) struct ArenaWindow {
+    base: NonNull<u8>,
+    len: usize,
+    fd: OwnedFd,
+    first_pfn: u64,
+    nr_frames: u64,
+    page_shift: u8,
+}
+
+// SAFETY: the window is address space plus a file descriptor; what may be written
+// through it is decided by the vmalloc layer's ownership rules.
+unsafe impl Send for ArenaWindow {}
+// SAFETY: as above; `&ArenaWindow` only maps and unmaps inside its own reservation,
+// and the kernel serialises concurrent `mmap` calls.
+unsafe impl Sync for ArenaWindow {}
+
+/// Why a window operation failed: the `errno` of the system call, or `None` for an
+/// argument outside the window or the arena (nothing was called then).
+pub(crate) type WindowError = Option<i32>;
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+impl ArenaWindow {
+    /// Reserves `len` bytes (rounded up to pages) of address space aligned to
+    /// `align` bytes (a power of two, at least a page), mapped `PROT_NONE`, for
+    /// views of `arena`'s frames. `Err(None)` if the arena has no memfd.
+    pub(crate) fn reserve(arena: &Arena, len: usize, align: usize) -> Result<Self, WindowError> {
+        let fd = arena
+            .memfd
+            .as_ref()
+            .ok_or(None)?
+            .try_clone()
+            .map_err(|e| e.raw_os_error())?;
+        let page = 1usize << arena.page_shift;
+        let align = align.max(page);
+        if !align.is_power_of_two() {
+            return Err(None);
+        }
+        let len = len.checked_next_multiple_of(page).ok_or(None)?;
+        let span = len.checked_add(align).ok_or(None)?;
+        // SAFETY: a fresh inaccessible anonymous mapping at an address of the
+        // kernel's choosing aliases no Rust object.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                span,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Some(errno()));
+        }
+        let raw = p as usize;
+        let base = raw.next_multiple_of(align);
+        let (head, tail) = (base - raw, raw + span - (base + len));
+        // SAFETY: both trims lie inside the reservation just made and outside
+        // `[base, base + len)`; nothing refers to them.
+        unsafe {
+            if head > 0 {
+                libc::munmap(p, head);
+            }
+            if tail > 0 {
+                libc::munmap((base + len) as *mut libc::c_void, tail);
+            }
+        }
+        Ok(ArenaWindow {
+            base: NonNull::new(base as *mut u8).ok_or(None)?,
+            len,
+            fd,
+            first_pfn: arena.first_pfn,
+            nr_frames: arena.nr_frames,
+            page_shift: arena.page_shift,
+        })
+    }
+
+    /// First address of the window.
+    pub(crate) fn base(&self) -> usize {
+        self.base.as_ptr() as usize
+    }
+
+    /// Bytes in the window.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The byte range `[offset, offset + nr pages)` of the window, if inside it.
+    fn range(&self, offset: usize, nr: u64) -> Option<(*mut libc::c_void, usize)> {
+        let bytes = usize::try_from(nr)
+            .ok()?
+            .checked_mul(1 << self.page_shift)?;
+        let page_mask = (1usize << self.page_shift) - 1;
+        if offset & page_mask != 0 || bytes == 0 || offset.checked_add(bytes)? > self.len {
+            return None;
+        }
+        Some(((self.base() + offset) as *mut libc::c_void, bytes))
+    }
+
+    /// Maps the `nr` frames from `pfn` (consecutive in the arena) at `offset`
+    /// bytes into the window, read-write, with one `mmap(MAP_FIXED | MAP_SHARED)`:
+    /// writes through the window land in the frames.
+    pub(crate) fn map(&self, offset: usize, pfn: Pfn, nr: u64) -> Result<(), WindowError> {
+        let (addr, bytes) = self.range(offset, nr).ok_or(None)?;
+        let i = pfn.0.checked_sub(self.first_pfn).ok_or(None)?;
+        if i.checked_add(nr).ok_or(None)? > self.nr_frames {
+            return Err(None);
+        }
+        let file_off = libc::off_t::try_from(i << self.page_shift).map_err(|_| None)?;
+        // SAFETY: `[addr, addr + bytes)` lies inside this window's reservation (checked
+        // by `range`), which the crate owns and where no Rust object lives, so
+        // `MAP_FIXED` replaces only our own mapping; the file range is inside the
+        // arena's memfd (checked above).
+        let p = unsafe {
+            libc::mmap(
+                addr,
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                self.fd.as_raw_fd(),
+                file_off,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Some(errno()));
+        }
+        debug_assert_eq!(p, addr);
+        Ok(())
+    }
+
+    /// Unmaps `nr` pages at `offset` bytes into the window by mapping fresh
+    /// `PROT_NONE` memory over them (`MAP_FIXED`), keeping the reservation.
+    pub(crate) fn unmap(&self, offset: usize, nr: u64) -> Result<(), WindowError> {
+        let (addr, bytes) = self.range(offset, nr).ok_or(None)?;
+        // SAFETY: as in `map`: the range is inside our own reservation.
+        let p = unsafe {
+            libc::mmap(
+                addr,
+                bytes,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(Some(errno()));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ArenaWindow {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the reservation made in `reserve`; the vmalloc layer
+        // drops the window last, after every area in it is gone.
         unsafe {
             libc::munmap(self.base.as_ptr().cast(), self.len);
         }

@@ -72,6 +72,8 @@ mod pcp;
 mod stats;
 mod sync;
 mod types;
+mod vmalloc;
+mod vmap_tree;
 mod zone;
 
 pub use allocator::ZoneAllocator;
@@ -94,4 +96,9 @@ pub use stats::{
     PAGETYPEINFO_WALK_CAP,
 };
 pub use types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_ORDER_LIMIT, MIGRATE_TYPES};
+pub use vmalloc::{
+    AreaKind, VfreeMode, VmArea, VmallocConfig, VmallocError, VmallocReport, VmallocSpace,
+    VMALLOC_BULK_MAX, VMAP_MAX_ALLOC,
+};
+pub use vmap_tree::{FreeAreaTree, TreeError, TreeViolation};
 pub use zone::chunks;
