@@ -1,0 +1,148 @@
+//! The experiments of `zonealloc bench`, and the result type they all return.
+//!
+//! An experiment reproduces one seed benchmark (or answers one design question) as
+//! before/after comparisons run by `Ctx::compare`. It returns an `ExperimentResult`:
+//! its tables, the targets it checks, its parameters and notes, and optionally a
+//! thread-scaling series. `report` prints, charts and serialises every result the same
+//! way, so an experiment only measures.
+//!
+//! # Adding an experiment
+//!
+//! 1. Write `experiments/NAME.rs` with a unit struct implementing `Experiment`.
+//! 2. Add `pub mod NAME;` below and `&NAME::TheStruct` to `REGISTRY`.
+//!
+//! `zonealloc bench NAME` then runs it alone, and `zonealloc bench` with the others.
+//! Keep its quick mode (`ctx.quick`) well under a minute: the whole quick suite is
+//! what CI runs, and it has to stay under 3 minutes.
+
+use serde::Serialize;
+
+use crate::harness::{Ctx, Table};
+
+pub mod pcp;
+
+/// Every experiment, in the order `zonealloc bench` runs them.
+pub static REGISTRY: &[&dyn Experiment] = &[&pcp::Pcp];
+
+/// Finds a registered experiment by name.
+pub fn find(name: &str) -> Option<&'static dyn Experiment> {
+    REGISTRY.iter().copied().find(|e| e.name() == name)
+}
+
+/// One experiment of the suite.
+pub trait Experiment: Sync {
+    /// Short name, used on the command line and for output files.
+    fn name(&self) -> &'static str;
+    /// One line: what it measures and which seed it reproduces.
+    fn description(&self) -> &'static str;
+    /// Runs the experiment at the scale `ctx` says.
+    fn run(&self, ctx: &mut Ctx) -> ExperimentResult;
+}
+
+/// What one experiment measured: serialised whole into `results.json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExperimentResult {
+    /// The experiment's name.
+    pub name: String,
+    /// The experiment's description.
+    pub description: String,
+    /// Settings that the figures depend on (sizes, durations, allocator tunables).
+    pub params: Vec<(String, String)>,
+    /// Comparison tables, in the order printed.
+    pub tables: Vec<Table>,
+    /// Targets checked against the measurements.
+    pub targets: Vec<Target>,
+    /// Observations that qualify the figures (e.g. how much a workload flushed).
+    pub notes: Vec<String>,
+    /// Thread-scaling series, charted separately.
+    pub scaling: Option<Scaling>,
+    /// Wall time of the experiment, seconds.
+    pub elapsed_s: f64,
+    /// Chart files written for this experiment (filled in by `report`).
+    pub charts: Vec<String>,
+}
+
+impl ExperimentResult {
+    /// An empty result for experiment `e`.
+    pub fn new(e: &dyn Experiment) -> ExperimentResult {
+        ExperimentResult {
+            name: e.name().to_owned(),
+            description: e.description().to_owned(),
+            params: Vec::new(),
+            tables: Vec::new(),
+            targets: Vec::new(),
+            notes: Vec::new(),
+            scaling: None,
+            elapsed_s: 0.0,
+            charts: Vec::new(),
+        }
+    }
+
+    /// Records a parameter.
+    pub fn param(&mut self, name: &str, value: impl ToString) {
+        self.params.push((name.to_owned(), value.to_string()));
+    }
+}
+
+/// A target from the issue tracker, checked against a measured figure.
+#[derive(Clone, Debug, Serialize)]
+pub struct Target {
+    /// What is checked, e.g. "hot order-0 pair, PCP on, 1 thread".
+    pub what: String,
+    /// The measured value (a median, or a ratio of medians).
+    pub measured: f64,
+    /// Unit of `measured` and `threshold`.
+    pub unit: String,
+    /// The bound.
+    pub threshold: f64,
+    /// `true`: pass when `measured <= threshold`; `false`: when `>=`.
+    pub at_most: bool,
+    /// Whether the measurement meets the bound.
+    pub pass: bool,
+}
+
+impl Target {
+    /// Checks `measured <= threshold`.
+    pub fn at_most(what: &str, measured: f64, threshold: f64, unit: &str) -> Target {
+        Target {
+            what: what.to_owned(),
+            measured,
+            unit: unit.to_owned(),
+            threshold,
+            at_most: true,
+            pass: measured <= threshold,
+        }
+    }
+
+    /// Checks `measured >= threshold`.
+    pub fn at_least(what: &str, measured: f64, threshold: f64, unit: &str) -> Target {
+        Target {
+            what: what.to_owned(),
+            measured,
+            unit: unit.to_owned(),
+            threshold,
+            at_most: false,
+            pass: measured >= threshold,
+        }
+    }
+}
+
+/// A metric against the number of threads, one series per variant.
+#[derive(Clone, Debug, Serialize)]
+pub struct Scaling {
+    /// Chart title.
+    pub title: String,
+    /// Y axis: the metric, with its unit.
+    pub y_label: String,
+    /// One line per variant.
+    pub series: Vec<Series>,
+}
+
+/// One variant's points in a `Scaling` chart.
+#[derive(Clone, Debug, Serialize)]
+pub struct Series {
+    /// Variant name (legend).
+    pub name: String,
+    /// `(threads, median, min, max)` per thread count.
+    pub points: Vec<(u32, f64, f64, f64)>,
+}

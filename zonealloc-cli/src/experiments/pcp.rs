@@ -1,0 +1,541 @@
+//! `pcp`: what the per-CPU page lists buy, and whether the prefetching flush pays.
+//!
+//! Three comparisons, each interleaved in one process (see `harness`):
+//!
+//! 1. **Hot pair.** One thread allocates an order-0 page and frees it at once, many
+//!    times: ns per pair with PCP off (every call takes the zone lock, Linux's boot
+//!    pageset) against PCP on (the default). Target: ≤ 20 ns per pair with PCP on.
+//! 2. **Throughput at 1, 2 and 4 threads.** Each thread keeps a window of up to 64
+//!    live order-0 pages and allocates or frees at random (a free takes the newest
+//!    page 7 times in 8, a random one otherwise): total alloc+free calls per second,
+//!    PCP off against on at each thread count, and each against its own 1-thread
+//!    figure. Target: with PCP on, 2 threads ≥ 1.8× one thread.
+//! 3. **Flush path: `prefetch_buddy` off against on.** Each thread allocates a burst
+//!    of order-0 pages and then frees them all, in allocation order (what `munmap` of
+//!    a faulted region does, seed (c)). A burst is twice the per-CPU `high_max`, so
+//!    however far `high` auto-tunes, half of every burst overflows the lists and is
+//!    flushed to the buddy lists (the figure is measured and printed). Run on a 16 GiB
+//!    zone, whose frame table (64 MiB) is larger than the last-level cache, in two
+//!    states: *fresh* (the bursts are carved from whole blocks, buddies adjacent) and
+//!    *fragmented* (a churn left a quarter of the zone allocated in scattered pages,
+//!    so the bursts get scattered pages whose buddies are in use: the buddy check on
+//!    every flushed page is a cache miss, the case seed (c) says prefetching is for).
+//!
+//! Every thread picks its CPU's lists through `sched_getcpu()` (`alloc_pages` /
+//! `free_pages`), as a user's threads would; threads are not pinned. Frames are
+//! abstract (no memory behind them): what is timed is the allocator's own work.
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
+
+use super::{Experiment, ExperimentResult, Scaling, Series, Target};
+use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant};
+
+/// The experiment.
+pub struct Pcp;
+
+/// Zone for the hot-pair and throughput runs: 1 GiB, where Linux's formulas give
+/// `batch` 63, as on any zone of 1 GiB or more.
+const SMALL_ZONE_PAGES: u64 = 1 << 18;
+/// Zone for the flush runs: 16 GiB, a 64 MiB frame table.
+const LARGE_ZONE_PAGES: u64 = 1 << 22;
+/// Live pages per thread in the throughput runs.
+const WINDOW: usize = 64;
+/// Thread counts of the throughput runs.
+const THREADS: [usize; 3] = [1, 2, 4];
+/// Thread counts of the flush runs.
+const FLUSH_THREADS: [usize; 2] = [1, 2];
+/// Targets (issue: per-CPU lists).
+const HOT_PAIR_TARGET_NS: f64 = 20.0;
+const TWO_THREAD_SCALING_TARGET: f64 = 1.8;
+
+impl Experiment for Pcp {
+    fn name(&self) -> &'static str {
+        "pcp"
+    }
+
+    fn description(&self) -> &'static str {
+        "per-CPU lists: hot order-0 pair and 1/2/4-thread throughput with PCP off vs on; \
+         flush path with prefetch_buddy off vs on (seed (c))"
+    }
+
+    fn run(&self, ctx: &mut Ctx) -> ExperimentResult {
+        let mut res = ExperimentResult::new(self);
+        hot_pair(ctx, &mut res);
+        throughput(ctx, &mut res);
+        flush(ctx, &mut res);
+        res
+    }
+}
+
+/// A single Normal zone of `nr_pages` frames with per-CPU list settings `pcp`.
+fn config(nr_pages: u64, pcp: PcpConfig) -> Config {
+    Config {
+        pcp,
+        ..Config::single_zone(ZoneType::Normal, Pfn(0), nr_pages)
+    }
+}
+
+fn pcp_off() -> PcpConfig {
+    PcpConfig {
+        enabled: false,
+        ..PcpConfig::default()
+    }
+}
+
+fn allocator(nr_pages: u64, pcp: PcpConfig) -> ZoneAllocator {
+    ZoneAllocator::new(config(nr_pages, pcp)).expect("a single-zone configuration is valid")
+}
+
+/// Records the per-CPU list limits the allocator computed (Linux's formulas).
+fn record_pcp_limits(res: &mut ExperimentResult, what: &str, za: &ZoneAllocator) {
+    let zi = za.zoneinfo();
+    if let Some(p) = zi.zones.iter().flat_map(|z| z.pagesets.first()).next() {
+        res.param(
+            &format!("{what}: pcp batch / high_min / high_max (pages, per CPU)"),
+            format!("{} / {} / {}", p.batch, p.high_min, p.high_max),
+        );
+    }
+}
+
+// -----------------------------------------------------------------------------
+// 1. Hot pair
+// -----------------------------------------------------------------------------
+
+/// ns per `alloc_pages` + `free_pages` pair of order 0, `n` pairs back to back.
+fn hot_pairs(za: &ZoneAllocator, n: u64) -> f64 {
+    let t = Instant::now();
+    for _ in 0..n {
+        let pfn = za
+            .alloc_pages(Gfp::KERNEL, Order(0))
+            .expect("the zone is nearly empty");
+        za.free_pages(black_box(pfn), Order(0))
+            .expect("freeing the page just allocated");
+    }
+    secs_since(t) * 1e9 / n as f64
+}
+
+fn hot_pair(ctx: &mut Ctx, res: &mut ExperimentResult) {
+    let n: u64 = ctx.scale(1_000_000, 5_000_000);
+    res.param("hot pair: pairs per run", n);
+    let off = allocator(SMALL_ZONE_PAGES, pcp_off());
+    let on = allocator(SMALL_ZONE_PAGES, PcpConfig::default());
+    let mut variants = [
+        Variant::new("PCP off", || hot_pairs(&off, n)),
+        Variant::new("PCP on", || hot_pairs(&on, n)),
+    ];
+    let s = ctx.compare("hot order-0 pair", &mut variants);
+    let table = Table::new(
+        "hot-pair",
+        "hot pair: ns per order-0 alloc_pages+free_pages pair, 1 thread, 1 GiB zone",
+        Metric::lower("ns per order-0 alloc+free pair", "ns"),
+        &[("PCP off", &s[0]), ("PCP on", &s[1])],
+    );
+    res.targets.push(Target::at_most(
+        "hot order-0 pair, PCP on, 1 thread (median)",
+        s[1].median(),
+        HOT_PAIR_TARGET_NS,
+        "ns",
+    ));
+    res.tables.push(table);
+}
+
+// -----------------------------------------------------------------------------
+// 2. Throughput with a small live window
+// -----------------------------------------------------------------------------
+
+/// xorshift64*: a small deterministic generator, one per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// One thread's random alloc/free walk over a window of at most `WINDOW` pages,
+/// until `stop`. Returns the calls made (allocations + frees).
+fn window_walk(za: &ZoneAllocator, seed: u64, stop: &AtomicBool) -> u64 {
+    let mut rng = Rng::new(seed);
+    let mut live = [Pfn(0); WINDOW];
+    let mut len = 0;
+    let mut ops = 0u64;
+    loop {
+        if ops % 256 == 0 && stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let r = rng.next();
+        if len == 0 || (len < WINDOW && r & 1 == 0) {
+            live[len] = za
+                .alloc_pages(Gfp::KERNEL, Order(0))
+                .expect("the zone holds far more than the windows");
+            len += 1;
+        } else {
+            // LIFO-ish: the newest page 7 times in 8, a random live one otherwise.
+            let i = if (r >> 1) & 7 == 0 {
+                (r >> 8) as usize % len
+            } else {
+                len - 1
+            };
+            let pfn = live[i];
+            live[i] = live[len - 1];
+            len -= 1;
+            za.free_pages(pfn, Order(0)).expect("freeing a live page");
+        }
+        ops += 1;
+    }
+    for &pfn in &live[..len] {
+        za.free_pages(pfn, Order(0)).expect("freeing a live page");
+    }
+    ops
+}
+
+/// Runs `work(thread index, stop)` on `threads` threads for `dur` (all released
+/// together, then told to stop) and returns the summed counts per second, millions.
+fn timed_threads(
+    threads: usize,
+    dur: Duration,
+    work: impl Fn(usize, &AtomicBool) -> u64 + Sync,
+) -> f64 {
+    let stop = AtomicBool::new(false);
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (stop, start, work) = (&stop, &start, &work);
+                s.spawn(move || {
+                    start.wait();
+                    work(t, stop)
+                })
+            })
+            .collect();
+        start.wait();
+        let t0 = Instant::now();
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+        let elapsed = secs_since(t0);
+        let ops: u64 = handles
+            .into_iter()
+            .map(|h| h.join().expect("worker thread"))
+            .sum();
+        ops as f64 / elapsed / 1e6
+    })
+}
+
+/// A shared-nothing loop (a multiply-add chain in registers) until `stop`: how well
+/// this machine runs threads in parallel at the moment, with no allocator involved.
+fn spin_until(stop: &AtomicBool) -> u64 {
+    let mut x = 1u64;
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..256 {
+            x = black_box(x.wrapping_mul(0x5851_f42d_4c95_7f2d).wrapping_add(n));
+            n += 1;
+        }
+    }
+    n
+}
+
+fn plural(t: usize) -> &'static str {
+    if t == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
+    let dur = Duration::from_millis(ctx.scale(150, 500));
+    res.param("throughput: run length (ms)", dur.as_millis());
+    res.param("throughput: live window per thread (pages)", WINDOW);
+    // One allocator per variant, so no variant inherits another's list state.
+    let allocs: Vec<(bool, usize, ZoneAllocator)> = THREADS
+        .iter()
+        .flat_map(|&t| {
+            [
+                (false, t, allocator(SMALL_ZONE_PAGES, pcp_off())),
+                (true, t, allocator(SMALL_ZONE_PAGES, PcpConfig::default())),
+            ]
+        })
+        .collect();
+    record_pcp_limits(res, "1 GiB zone", &allocs[1].2);
+    let name = |on: bool, t: usize| {
+        format!(
+            "PCP {}, {t} thread{}",
+            if on { "on" } else { "off" },
+            plural(t)
+        )
+    };
+    let ceiling = |t: usize| format!("shared-nothing loop, {t} thread{}", plural(t));
+    let mut variants: Vec<Variant<'_>> = allocs
+        .iter()
+        .zip(0u64..)
+        .map(|((on, t, za), v)| {
+            let (t, mut round) = (*t, 0u64);
+            Variant::new(name(*on, t), move || {
+                round += 1;
+                let seed = (v << 16) ^ round;
+                timed_threads(t, dur, |i, stop| {
+                    window_walk(za, seed ^ ((i as u64 + 1) << 32), stop)
+                })
+            })
+        })
+        .collect();
+    for t in [1, 2] {
+        variants.push(Variant::new(ceiling(t), move || {
+            timed_threads(t, dur, |_, stop| spin_until(stop))
+        }));
+    }
+    let s = ctx.compare("1/2/4-thread throughput", &mut variants);
+    let find = |n: String| -> &Samples {
+        s.iter()
+            .find(|x| x.variant == n)
+            .expect("every variant ran")
+    };
+    let by = |on: bool, t: usize| find(name(on, t));
+    let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
+    for &t in &THREADS {
+        res.tables.push(Table::new(
+            &format!("throughput-{t}t"),
+            &format!(
+                "throughput, {t} thread{}, window of {WINDOW} pages each: M alloc+free calls/s",
+                plural(t)
+            ),
+            metric(),
+            &[("PCP off", by(false, t)), ("PCP on", by(true, t))],
+        ));
+    }
+    for on in [true, false] {
+        let rows: Vec<(String, &Samples)> = THREADS
+            .iter()
+            .map(|&t| (format!("{t} thread{}", plural(t)), by(on, t)))
+            .collect();
+        let rows: Vec<(&str, &Samples)> = rows.iter().map(|(n, s)| (n.as_str(), *s)).collect();
+        res.tables.push(Table::new(
+            &format!("scaling-pcp-{}", if on { "on" } else { "off" }),
+            &format!(
+                "thread scaling, PCP {}: throughput against 1 thread",
+                if on { "on" } else { "off" }
+            ),
+            metric(),
+            &rows,
+        ));
+    }
+    let (c1, c2) = (find(ceiling(1)), find(ceiling(2)));
+    res.tables.push(Table::new(
+        "machine-ceiling",
+        "machine ceiling, same rounds: a shared-nothing register loop (no allocator), \
+         2 threads against 1 (M iterations/s)",
+        Metric::higher("loop iterations per second, all threads", "M it/s"),
+        &[("1 thread", c1), ("2 threads", c2)],
+    ));
+    res.notes.push(format!(
+        "in the same rounds a shared-nothing loop ran {:.2}x faster on 2 threads than on 1: \
+         the most any 2-thread figure could scale on this machine during this run",
+        c2.median() / c1.median()
+    ));
+    let ratio = by(true, 2).median() / by(true, 1).median();
+    res.targets.push(Target::at_least(
+        "PCP on: 2-thread / 1-thread throughput (ratio of medians)",
+        ratio,
+        TWO_THREAD_SCALING_TARGET,
+        "x",
+    ));
+    res.scaling = Some(Scaling {
+        title: "pcp: alloc+free throughput against threads (window of 64 pages)".into(),
+        y_label: "M alloc+free calls/s".into(),
+        series: [false, true]
+            .iter()
+            .map(|&on| Series {
+                name: format!("PCP {}", if on { "on" } else { "off" }),
+                points: THREADS
+                    .iter()
+                    .map(|&t| {
+                        let x = by(on, t);
+                        (t as u32, x.median(), x.min(), x.max())
+                    })
+                    .collect(),
+            })
+            .collect(),
+    });
+}
+
+// -----------------------------------------------------------------------------
+// 3. Flush path: prefetch_buddy off vs on
+// -----------------------------------------------------------------------------
+
+/// `threads` threads each running `cycles` cycles of: allocate `burst` order-0 pages,
+/// free them in allocation order. Returns millions of alloc+free calls per second.
+fn burst_throughput(za: &ZoneAllocator, threads: usize, burst: usize, cycles: usize) -> f64 {
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let start = &start;
+                s.spawn(move || {
+                    let mut pages = Vec::with_capacity(burst);
+                    start.wait();
+                    for _ in 0..cycles {
+                        for _ in 0..burst {
+                            pages.push(
+                                za.alloc_pages(Gfp::KERNEL, Order(0))
+                                    .expect("the zone holds every burst"),
+                            );
+                        }
+                        for pfn in pages.drain(..) {
+                            za.free_pages(pfn, Order(0)).expect("freeing a burst page");
+                        }
+                    }
+                })
+            })
+            .collect();
+        start.wait();
+        let t0 = Instant::now();
+        for h in handles {
+            h.join().expect("worker thread");
+        }
+        (threads * cycles * burst * 2) as f64 / secs_since(t0) / 1e6
+    })
+}
+
+/// Leaves about a quarter of the zone allocated in scattered order-0 pages: allocates
+/// half of it page by page, frees a random half of those, and drains the per-CPU
+/// lists. Returns the pages kept.
+fn fragment(za: &ZoneAllocator, seed: u64) -> Vec<Pfn> {
+    let n = (za.managed_pages() / 2) as usize;
+    let mut pages: Vec<Pfn> = (0..n)
+        .map(|_| {
+            za.alloc_pages(Gfp::KERNEL, Order(0))
+                .expect("half the zone is free")
+        })
+        .collect();
+    let mut rng = Rng::new(seed);
+    for i in (1..pages.len()).rev() {
+        let j = (rng.next() % (i as u64 + 1)) as usize;
+        pages.swap(i, j);
+    }
+    for pfn in pages.drain(n / 2..) {
+        za.free_pages(pfn, Order(0))
+            .expect("freeing a fragmenter page");
+    }
+    za.drain_all_pages();
+    pages
+}
+
+/// Flushed pages and freed pages so far, all CPUs.
+fn flush_counts(za: &ZoneAllocator) -> (u64, u64, u64) {
+    za.pcp_stats()
+        .iter()
+        .flat_map(|z| z.cpus.iter())
+        .fold((0, 0, 0), |(f, d, n), c| {
+            (f + c.pgfree, d + c.drain_blocks, n + c.drains)
+        })
+}
+
+fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
+    for fragmented in [false, true] {
+        let state = if fragmented { "fragmented" } else { "fresh" };
+        // A fragmented zone runs about 5x slower per page (a cache miss per step).
+        let cycles: usize = if fragmented {
+            ctx.scale(1, 3)
+        } else {
+            ctx.scale(3, 8)
+        };
+        ctx.status(&format!("flush: building {state} 16 GiB zones"));
+        // One allocator per variant; a fragmented one keeps its fragmenter's pages.
+        let mut allocs = Vec::new();
+        for (i, &t) in FLUSH_THREADS.iter().enumerate() {
+            for prefetch in [false, true] {
+                let za = allocator(
+                    LARGE_ZONE_PAGES,
+                    PcpConfig {
+                        prefetch_buddy: prefetch,
+                        ..PcpConfig::default()
+                    },
+                );
+                let kept = if fragmented {
+                    fragment(&za, 7 + i as u64)
+                } else {
+                    Vec::new()
+                };
+                allocs.push((t, prefetch, za, kept));
+            }
+        }
+        let high_max = allocs[0]
+            .2
+            .zoneinfo()
+            .zones
+            .iter()
+            .flat_map(|z| z.pagesets.first())
+            .map(|p| p.high_max)
+            .next()
+            .unwrap_or(0);
+        let burst = (2 * high_max).max(1024) as usize;
+        if !fragmented {
+            record_pcp_limits(res, "16 GiB zone", &allocs[0].2);
+            res.param("flush: burst per thread (pages, = 2 x high_max)", burst);
+        }
+        res.param(
+            &format!("flush, {state}: bursts per thread per run"),
+            cycles,
+        );
+        let name = |t: usize, prefetch: bool| {
+            format!(
+                "{t} thread{}, prefetch {}",
+                plural(t),
+                if prefetch { "on" } else { "off" }
+            )
+        };
+        let before: Vec<_> = allocs.iter().map(|a| flush_counts(&a.2)).collect();
+        let mut variants: Vec<Variant<'_>> = allocs
+            .iter()
+            .map(|(t, prefetch, za, _)| {
+                let t = *t;
+                Variant::new(name(t, *prefetch), move || {
+                    burst_throughput(za, t, burst, cycles)
+                })
+            })
+            .collect();
+        let s = ctx.compare(&format!("flush path, {state} zone"), &mut variants);
+        drop(variants);
+        for (a, b) in allocs.iter().zip(&before) {
+            let (f, d, n) = flush_counts(&a.2);
+            let (freed, flushed, flushes) = (f - b.0, d - b.1, n - b.2);
+            res.notes.push(format!(
+                "flush, {state}, {}: {:.0} % of freed pages flushed to the buddy lists \
+                 ({flushes} flushes, {:.0} pages each on average)",
+                name(a.0, a.1),
+                100.0 * flushed as f64 / freed.max(1) as f64,
+                flushed as f64 / flushes.max(1) as f64
+            ));
+        }
+        for &t in &FLUSH_THREADS {
+            let off = s.iter().find(|x| x.variant == name(t, false));
+            let on = s.iter().find(|x| x.variant == name(t, true));
+            let (Some(off), Some(on)) = (off, on) else {
+                continue;
+            };
+            res.tables.push(Table::new(
+                &format!("flush-{state}-{t}t"),
+                &format!(
+                    "flush path, {state} 16 GiB zone, {t} thread{}: bursts of {burst} pages \
+                     allocated then freed, M alloc+free calls/s",
+                    plural(t)
+                ),
+                Metric::higher("alloc+free calls per second, all threads", "M ops/s"),
+                &[("prefetch_buddy off", off), ("prefetch_buddy on", on)],
+            ));
+        }
+    }
+}

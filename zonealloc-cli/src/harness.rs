@@ -1,0 +1,485 @@
+//! The measurement engine: named variants, run interleaved round by round in one process.
+//!
+//! Every comparison in the suite goes through `Ctx::compare`. It takes a list of
+//! variants (a name and a closure that performs one timed run and returns one sample)
+//! and runs them in rounds: in each round every variant runs once, and the starting
+//! variant rotates from round to round, so no variant always runs first or last. The
+//! first `warmup` rounds are run and thrown away (caches, page faults, per-CPU list
+//! `high` auto-tuning). Timings on the shared 2-core machines drift by up to 50 %
+//! between runs; interleaving puts that drift into every variant's spread alike,
+//! instead of into the difference between them.
+//!
+//! ```text
+//!  round 0 (warm-up): A B C      discarded
+//!  round 1:           B C A
+//!  round 2:           C A B      samples: A = [a1, a2, ...], B = [...], C = [...]
+//!  ...
+//! ```
+//!
+//! A `Table` then summarises chosen variants against a baseline (its first row):
+//! median, min and max of the samples, the ratio of medians to the baseline's, and a
+//! significance verdict.
+//!
+//! # Significance
+//!
+//! Two-sided Mann–Whitney U test (Wilcoxon rank-sum) of each row's samples against the
+//! baseline's, at α = 0.05. It assumes nothing about the distribution (timings are
+//! skewed, with outliers from preemption), only that samples are independent. With
+//! no ties and at most 20 samples per side the p-value is exact (the U distribution
+//! counted by recursion); otherwise it comes from the normal approximation with tie
+//! and continuity corrections. With 5 samples each, "significant" needs U ≤ 2: the
+//! two sets of runs must be almost completely separated (exact p = 0.008 at U = 0,
+//! 0.016 at U = 1, 0.032 at U = 2).
+
+use std::time::Instant;
+
+use indicatif::ProgressBar;
+use serde::Serialize;
+
+/// Significance level of the Mann–Whitney test.
+pub const ALPHA: f64 = 0.05;
+
+/// One named way of doing the thing under test. `run` performs one timed run and
+/// returns its sample, in the unit of the comparison's `Metric`.
+pub struct Variant<'a> {
+    /// Shown in tables, charts and the JSON file.
+    pub name: String,
+    run: Box<dyn FnMut() -> f64 + 'a>,
+}
+
+impl<'a> Variant<'a> {
+    /// A variant named `name` whose runs are `run()`.
+    pub fn new(name: impl Into<String>, run: impl FnMut() -> f64 + 'a) -> Variant<'a> {
+        Variant {
+            name: name.into(),
+            run: Box::new(run),
+        }
+    }
+}
+
+/// What a sample measures.
+#[derive(Clone, Debug, Serialize)]
+pub struct Metric {
+    /// What is measured, e.g. "ns per order-0 alloc+free pair".
+    pub name: String,
+    /// Unit shown after numbers, e.g. "ns" or "M ops/s".
+    pub unit: String,
+    /// Whether smaller values are better (times) or larger (throughputs).
+    pub lower_is_better: bool,
+}
+
+impl Metric {
+    /// A time-like metric: lower is better.
+    pub fn lower(name: &str, unit: &str) -> Metric {
+        Metric {
+            name: name.into(),
+            unit: unit.into(),
+            lower_is_better: true,
+        }
+    }
+
+    /// A throughput-like metric: higher is better.
+    pub fn higher(name: &str, unit: &str) -> Metric {
+        Metric {
+            name: name.into(),
+            unit: unit.into(),
+            lower_is_better: false,
+        }
+    }
+}
+
+/// The samples of one variant from one `Ctx::compare` call, in run order.
+#[derive(Clone, Debug, Serialize)]
+pub struct Samples {
+    /// The variant's name.
+    pub variant: String,
+    /// One value per measured round (warm-up rounds excluded).
+    pub values: Vec<f64>,
+}
+
+impl Samples {
+    /// Median (mean of the two middle values for an even count).
+    pub fn median(&self) -> f64 {
+        median(&self.values)
+    }
+
+    /// Smallest sample.
+    pub fn min(&self) -> f64 {
+        self.values.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    /// Largest sample.
+    pub fn max(&self) -> f64 {
+        self.values
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max)
+    }
+}
+
+/// Median of `v` (NaN when empty).
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Run settings shared by every comparison of a suite run, and the progress display.
+pub struct Ctx {
+    /// Quick mode (CI scale) rather than full scale.
+    pub quick: bool,
+    /// Measured rounds per comparison.
+    pub rounds: usize,
+    /// Discarded rounds before them.
+    pub warmup: usize,
+    progress: ProgressBar,
+    /// Prefix of the progress message, e.g. "[1/3] pcp".
+    label: String,
+}
+
+impl Ctx {
+    /// Settings for quick (`quick = true`) or full scale.
+    pub fn new(quick: bool, progress: ProgressBar) -> Ctx {
+        Ctx {
+            quick,
+            rounds: if quick { 5 } else { 11 },
+            warmup: 1,
+            progress,
+            label: String::new(),
+        }
+    }
+
+    /// Picks the quick-mode or the full-scale value of a size.
+    pub fn scale<T>(&self, quick: T, full: T) -> T {
+        if self.quick {
+            quick
+        } else {
+            full
+        }
+    }
+
+    /// Sets the prefix of the progress message (the experiment being run).
+    pub fn set_label(&mut self, label: String) {
+        self.label = label;
+    }
+
+    /// Shows a message under the progress bar (set-up steps that take a while).
+    pub fn status(&self, what: &str) {
+        self.progress.set_message(format!("{}: {what}", self.label));
+    }
+
+    /// Runs `variants` interleaved: `warmup + rounds` rounds, each running every
+    /// variant once, starting one variant later each round. Returns each variant's
+    /// measured samples, in the order the variants were given.
+    pub fn compare(&mut self, what: &str, variants: &mut [Variant<'_>]) -> Vec<Samples> {
+        let k = variants.len();
+        let total = (self.warmup + self.rounds) * k;
+        self.progress.set_length(total as u64);
+        self.progress.set_position(0);
+        self.progress.set_message(format!("{}: {what}", self.label));
+        let mut out: Vec<Samples> = variants
+            .iter()
+            .map(|v| Samples {
+                variant: v.name.clone(),
+                values: Vec::with_capacity(self.rounds),
+            })
+            .collect();
+        for round in 0..self.warmup + self.rounds {
+            for i in 0..k {
+                let vi = (round + i) % k;
+                let value = (variants[vi].run)();
+                if round >= self.warmup {
+                    out[vi].values.push(value);
+                }
+                self.progress.inc(1);
+            }
+        }
+        out
+    }
+}
+
+/// Seconds since `t` as f64.
+pub fn secs_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}
+
+/// One row of a comparison table.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// Variant name.
+    pub variant: String,
+    /// Measured samples.
+    pub samples: Vec<f64>,
+    /// Median of the samples.
+    pub median: f64,
+    /// Smallest sample.
+    pub min: f64,
+    /// Largest sample.
+    pub max: f64,
+    /// `median / baseline median` (1 for the baseline itself).
+    pub ratio: f64,
+    /// Two-sided Mann–Whitney p-value against the baseline (`None` for the baseline).
+    pub p_value: Option<f64>,
+    /// `p_value < ALPHA`.
+    pub significant: bool,
+    /// "baseline", "better", "worse" or "no significant difference".
+    pub verdict: String,
+}
+
+/// A comparison table: variants against the first row (the baseline).
+#[derive(Clone, Debug, Serialize)]
+pub struct Table {
+    /// Short identifier, unique within the experiment (used in JSON and charts).
+    pub id: String,
+    /// One-line description printed above the table.
+    pub title: String,
+    /// What the samples measure.
+    pub metric: Metric,
+    /// Rows, the baseline first.
+    pub rows: Vec<Row>,
+}
+
+impl Table {
+    /// Summarises `samples` (the baseline first), each row renamed to its label.
+    pub fn new(id: &str, title: &str, metric: Metric, samples: &[(&str, &Samples)]) -> Table {
+        let base = samples[0].1;
+        let base_median = base.median();
+        let rows = samples
+            .iter()
+            .enumerate()
+            .map(|(i, (label, s))| {
+                let med = s.median();
+                let (p_value, significant, verdict) = if i == 0 {
+                    (None, false, "baseline".to_owned())
+                } else {
+                    let p = mann_whitney_p(&s.values, &base.values);
+                    let sig = p < ALPHA;
+                    let better = if metric.lower_is_better {
+                        med < base_median
+                    } else {
+                        med > base_median
+                    };
+                    let verdict = match (sig, better) {
+                        (false, _) => "no significant difference",
+                        (true, true) => "better",
+                        (true, false) => "worse",
+                    };
+                    (Some(p), sig, verdict.to_owned())
+                };
+                Row {
+                    variant: (*label).to_owned(),
+                    samples: s.values.clone(),
+                    median: med,
+                    min: s.min(),
+                    max: s.max(),
+                    ratio: med / base_median,
+                    p_value,
+                    significant,
+                    verdict,
+                }
+            })
+            .collect();
+        Table {
+            id: id.to_owned(),
+            title: title.to_owned(),
+            metric,
+            rows,
+        }
+    }
+}
+
+// -----------------------------------------------------------------------------
+// Mann–Whitney U
+// -----------------------------------------------------------------------------
+
+/// Two-sided p-value of the Mann–Whitney U test of `a` against `b`.
+pub fn mann_whitney_p(a: &[f64], b: &[f64]) -> f64 {
+    let (n1, n2) = (a.len(), b.len());
+    if n1 == 0 || n2 == 0 {
+        return 1.0;
+    }
+    // Midranks of the pooled samples.
+    let mut pooled: Vec<(f64, usize)> = a
+        .iter()
+        .map(|&x| (x, 0))
+        .chain(b.iter().map(|&x| (x, 1)))
+        .collect();
+    pooled.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let n = pooled.len();
+    let mut rank_sum_a = 0.0;
+    let mut tie_term = 0.0; // sum of t^3 - t over tie groups
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && pooled[j + 1].0 == pooled[i].0 {
+            j += 1;
+        }
+        let t = (j - i + 1) as f64;
+        let midrank = (i + j) as f64 / 2.0 + 1.0;
+        for p in &pooled[i..=j] {
+            if p.1 == 0 {
+                rank_sum_a += midrank;
+            }
+        }
+        tie_term += t * t * t - t;
+        i = j + 1;
+    }
+    let u1 = rank_sum_a - (n1 * (n1 + 1)) as f64 / 2.0;
+    let u = u1.min((n1 * n2) as f64 - u1);
+    if tie_term == 0.0 && n1 <= 20 && n2 <= 20 {
+        let dist = u_distribution(n1, n2);
+        let total: f64 = dist.iter().sum();
+        let lower: f64 = dist[..=(u as usize)].iter().sum();
+        return (2.0 * lower / total).min(1.0);
+    }
+    let (n1f, n2f, nf) = (n1 as f64, n2 as f64, n as f64);
+    let mean = n1f * n2f / 2.0;
+    let var = n1f * n2f / 12.0 * ((nf + 1.0) - tie_term / (nf * (nf - 1.0)));
+    if var <= 0.0 {
+        return 1.0;
+    }
+    let z = ((mean - u).abs() - 0.5).max(0.0) / var.sqrt();
+    (2.0 * normal_sf(z)).min(1.0)
+}
+
+/// Counts of the arrangements of `n1` + `n2` distinct values giving each U, 0..=n1*n2
+/// (the recursion f(n1, n2, u) = f(n1 - 1, n2, u - n2) + f(n1, n2 - 1, u)).
+fn u_distribution(n1: usize, n2: usize) -> Vec<f64> {
+    let max_u = n1 * n2;
+    // table[j][u] for the current i, j = 0..=n2.
+    let mut prev: Vec<Vec<f64>> = (0..=n2)
+        .map(|_| {
+            let mut v = vec![0.0; max_u + 1];
+            v[0] = 1.0;
+            v
+        })
+        .collect();
+    for _i in 1..=n1 {
+        let mut cur: Vec<Vec<f64>> = vec![vec![0.0; max_u + 1]; n2 + 1];
+        cur[0][0] = 1.0;
+        for j in 1..=n2 {
+            for u in 0..=max_u {
+                let from_a = if u >= j { prev[j][u - j] } else { 0.0 };
+                cur[j][u] = from_a + cur[j - 1][u];
+            }
+        }
+        prev = cur;
+    }
+    prev.swap_remove(n2)
+}
+
+/// Upper tail of the standard normal distribution, P(Z > z).
+fn normal_sf(z: f64) -> f64 {
+    0.5 * erfc(z / std::f64::consts::SQRT_2)
+}
+
+/// Complementary error function (Numerical Recipes' Chebyshev fit, |error| < 1.2e-7).
+fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t
+        * (-z * z - 1.265_512_23
+            + t * (1.000_023_68
+                + t * (0.374_091_96
+                    + t * (0.096_784_18
+                        + t * (-0.186_288_06
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87
+                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+            .exp();
+    if x >= 0.0 {
+        r
+    } else {
+        2.0 - r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_p_values_for_five_against_five() {
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let b = [6.0, 7.0, 8.0, 9.0, 10.0];
+        // U = 0: 2 arrangements of 252 are as extreme (both tails).
+        assert!((mann_whitney_p(&a, &b) - 2.0 / 252.0).abs() < 1e-12);
+        // U = 2: P(U <= 2) = (1 + 1 + 2) / 252 per tail.
+        let c = [1.0, 2.0, 3.0, 4.0, 7.5];
+        assert!((mann_whitney_p(&c, &b) - 8.0 / 252.0).abs() < 1e-12);
+        // Identical distributions interleaved: far from significant.
+        let d = [1.5, 6.5, 3.5, 8.5, 9.5];
+        assert!(mann_whitney_p(&d, &b) > 0.3);
+    }
+
+    #[test]
+    fn ties_use_the_normal_approximation() {
+        let a = [1.0; 6];
+        let b = [1.0; 6];
+        assert!((mann_whitney_p(&a, &b) - 1.0).abs() < 1e-9);
+        let c = [1.0, 1.0, 1.0, 2.0, 2.0, 2.0];
+        let d = [3.0, 3.0, 3.0, 4.0, 4.0, 4.0];
+        assert!(mann_whitney_p(&c, &d) < 0.01);
+    }
+
+    #[test]
+    fn u_distribution_sums_to_the_binomial() {
+        let d = u_distribution(5, 5);
+        assert_eq!(d.iter().sum::<f64>(), 252.0);
+        assert_eq!(d[0], 1.0);
+        assert_eq!(d[1], 1.0);
+        assert_eq!(d[2], 2.0);
+        assert_eq!(d[25], 1.0);
+    }
+
+    #[test]
+    fn rounds_rotate_the_first_variant() {
+        let order = std::cell::RefCell::new(Vec::new());
+        let mut ctx = Ctx::new(true, ProgressBar::hidden());
+        let mut vs = [
+            Variant::new("a", || {
+                order.borrow_mut().push('a');
+                1.0
+            }),
+            Variant::new("b", || {
+                order.borrow_mut().push('b');
+                2.0
+            }),
+        ];
+        let s = ctx.compare("t", &mut vs);
+        assert_eq!(s[0].values.len(), ctx.rounds);
+        assert_eq!(s[1].median(), 2.0);
+        let o: String = order.borrow().iter().collect();
+        assert!(o.starts_with("abbaab"));
+    }
+
+    #[test]
+    fn table_ratio_and_verdict() {
+        let base = Samples {
+            variant: "x".into(),
+            values: vec![10.0, 11.0, 12.0, 10.5, 11.5],
+        };
+        let fast = Samples {
+            variant: "y".into(),
+            values: vec![5.0, 5.5, 6.0, 5.2, 5.1],
+        };
+        let t = Table::new(
+            "t",
+            "t",
+            Metric::lower("ns", "ns"),
+            &[("base", &base), ("fast", &fast)],
+        );
+        assert_eq!(t.rows[0].verdict, "baseline");
+        assert_eq!(t.rows[1].verdict, "better");
+        assert!((t.rows[1].ratio - 5.2 / 11.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,242 @@
+//! `zonealloc`: the benchmark suite and a statistics demo of the zonealloc crate.
+//!
+//! * `zonealloc bench [--quick] [--out DIR] [EXPERIMENT...]` runs the registered
+//!   experiments (all by default), each comparing variants interleaved in this one
+//!   process, prints a machine header and a table per comparison, and writes
+//!   `DIR/results.json` (every figure) and PNG charts. `--quick` is CI scale (the
+//!   whole suite in under 3 minutes); without it, full scale.
+//! * `zonealloc stats` builds a small allocator, runs a mixed workload on it and
+//!   prints its statistics in Linux's `/proc` formats.
+//!
+//! Layout: `harness` measures, `experiments` holds one file per experiment and the
+//! registry, `report` prints, charts and writes JSON.
+
+mod experiments;
+mod harness;
+mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use zonealloc::{Config, Gfp, Order, Pfn, ZoneAllocator};
+
+use crate::experiments::REGISTRY;
+
+/// `println!` that ignores a closed stdout (`zonealloc stats | head` must not panic).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+use crate::harness::Ctx;
+use crate::report::{Machine, RunReport};
+
+#[derive(Parser)]
+#[command(
+    name = "zonealloc",
+    version,
+    about = "zonealloc benchmark suite and statistics demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run benchmark experiments: before/after ratios, one process, interleaved runs.
+    Bench(BenchArgs),
+    /// Print buddyinfo, pagetypeinfo, zoneinfo, vmstat and fragmentation indices of a
+    /// demo allocator after a mixed workload.
+    Stats,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// CI scale: the whole suite in under 3 minutes (default: full scale).
+    #[arg(long)]
+    quick: bool,
+    /// Directory for results.json and the charts.
+    #[arg(long, default_value = "bench-out")]
+    out: PathBuf,
+    /// List the experiments and exit.
+    #[arg(long)]
+    list: bool,
+    /// Experiments to run (default: all, in registry order).
+    experiments: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().cmd {
+        Cmd::Bench(args) => bench(args),
+        Cmd::Stats => {
+            stats();
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn bench(args: BenchArgs) -> ExitCode {
+    if args.list {
+        for e in REGISTRY {
+            out!("{:<12} {}", e.name(), e.description());
+        }
+        return ExitCode::SUCCESS;
+    }
+    let mut selected = Vec::new();
+    for name in &args.experiments {
+        match experiments::find(name) {
+            Some(e) => selected.push(e),
+            None => {
+                let known: Vec<&str> = REGISTRY.iter().map(|e| e.name()).collect();
+                eprintln!(
+                    "zonealloc bench: no experiment named {name:?} (known: {})",
+                    known.join(", ")
+                );
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if selected.is_empty() {
+        selected = REGISTRY.to_vec();
+    }
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        eprintln!("zonealloc bench: cannot create {}: {e}", args.out.display());
+        return ExitCode::FAILURE;
+    }
+
+    let machine = Machine::detect();
+    let started_unix_s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let progress = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} runs  {msg}  ({elapsed})")
+            .expect("valid progress template")
+            .progress_chars("=> "),
+    );
+    let mut ctx = Ctx::new(args.quick, progress.clone());
+    out!(
+        "zonealloc bench: {} scale, {} measured rounds (+{} warm-up) per comparison, variants interleaved",
+        if args.quick { "quick" } else { "full" },
+        ctx.rounds,
+        ctx.warmup
+    );
+    out!("{}", machine.header());
+    if machine.load_avg_start > 0.5 {
+        out!(
+            "warning: load average {:.2}: other processes are using the CPUs; \
+             multi-thread figures will be low and noisy",
+            machine.load_avg_start
+        );
+    }
+    if machine.build_profile != "release" {
+        out!("warning: not a release build; run with `cargo run --release` for real figures");
+    }
+
+    let t_all = Instant::now();
+    let mut results = Vec::new();
+    for (i, e) in selected.iter().enumerate() {
+        progress.set_prefix(format!("[{}/{}] {}", i + 1, selected.len(), e.name()));
+        ctx.set_label(e.name().to_owned());
+        let t = Instant::now();
+        let mut r = e.run(&mut ctx);
+        r.elapsed_s = t.elapsed().as_secs_f64();
+        match report::write_charts(&args.out, &r) {
+            Ok(files) => r.charts = files.iter().map(|p| p.display().to_string()).collect(),
+            Err(err) => eprintln!("zonealloc bench: charts of {}: {err}", r.name),
+        }
+        progress.suspend(|| out!("{}", report::format_experiment(&r).trim_end()));
+        results.push(r);
+    }
+    progress.finish_and_clear();
+
+    let run = RunReport {
+        mode: if args.quick { "quick" } else { "full" },
+        rounds: ctx.rounds,
+        warmup_rounds: ctx.warmup,
+        significance_test: report::significance_rule(),
+        started_unix_s,
+        elapsed_s: t_all.elapsed().as_secs_f64(),
+        load_avg_end: report::load_avg(),
+        machine: &machine,
+        experiments: &results,
+    };
+    let missed = results
+        .iter()
+        .flat_map(|r| &r.targets)
+        .filter(|t| !t.pass)
+        .count();
+    out!(
+        "\n{} experiment(s) in {:.1} s; targets: {} PASS, {missed} MISS",
+        results.len(),
+        run.elapsed_s,
+        results.iter().flat_map(|r| &r.targets).count() - missed
+    );
+    match report::write_json(&args.out, &run) {
+        Ok(path) => out!("results: {}", path.display()),
+        Err(e) => {
+            eprintln!("zonealloc bench: cannot write results.json: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let charts: Vec<&str> = results
+        .iter()
+        .flat_map(|r| r.charts.iter().map(String::as_str))
+        .collect();
+    out!("charts:  {}", charts.join(", "));
+    ExitCode::SUCCESS
+}
+
+/// A demo allocator (256 MiB, abstract frames) left fragmented by a seeded mix of
+/// allocations and frees, printed in Linux's formats.
+fn stats() {
+    let za = ZoneAllocator::new(Config::with_bytes(256 << 20)).expect("valid configuration");
+    let gfps = [
+        Gfp::KERNEL,
+        Gfp::HIGHUSER_MOVABLE,
+        Gfp::KERNEL | Gfp::RECLAIMABLE,
+    ];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // Fill 60 % of the zone with blocks of orders 0..=4 (mostly small) of the three
+    // ordinary migratetypes, then free every block with probability 1/3.
+    let mut live: Vec<(Pfn, Order)> = Vec::new();
+    let mut used = 0;
+    while used < za.managed_pages() * 6 / 10 {
+        let r = next();
+        let order = Order([0, 0, 0, 0, 0, 1, 1, 2, 3, 4][(r % 10) as usize]);
+        let pfn = za
+            .alloc_pages(gfps[(r >> 32) as usize % 3], order)
+            .expect("40 % of the zone stays free");
+        live.push((pfn, order));
+        used += order.nr_pages();
+    }
+    live.retain(|&(pfn, order)| {
+        let keep = next() % 3 != 0;
+        if !keep {
+            za.free_pages(pfn, order).expect("freeing a live block");
+        }
+        keep
+    });
+    let in_use: u64 = live.iter().map(|(_, o)| o.nr_pages()).sum();
+    out!(
+        "demo allocator: 256 MiB of abstract frames; a mixed workload left {} blocks \
+         ({in_use} pages) allocated\n",
+        live.len()
+    );
+    out!("== /proc/buddyinfo\n{}", za.buddyinfo());
+    out!("== /proc/pagetypeinfo\n{}", za.pagetypeinfo());
+    out!("== /proc/zoneinfo\n{}", za.zoneinfo());
+    out!("== /proc/vmstat\n{}", za.vmstat());
+    out!("== extfrag/unusable_index\n{}", za.unusable_index());
+    out!("== extfrag/extfrag_index\n{}", za.extfrag_index());
+}
