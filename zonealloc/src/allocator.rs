@@ -396,13 +396,17 @@ impl<B: Backend> ZoneAllocator<B> {
         self.alloc_pages_node_on(self.current_cpu(), nid, gfp, order)
     }
 
-    fn alloc_pages_node_on_checked(
+    /// The allocation path: fast pass, slow pass, drain and unreserve, last pass.
+    fn alloc_pages_node_on(
         &self,
         cpu: usize,
         nid: u16,
         gfp: Gfp,
         order: Order,
     ) -> Result<Pfn, AllocError> {
+        if self.should_fail(FaultSite::Alloc) {
+            return Err(AllocError::NoMemory { order });
+        }
         if order > self.config.max_order {
             return Err(AllocError::InvalidOrder(order));
         }
@@ -452,20 +456,6 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         Err(AllocError::NoMemory { order })
-    }
-
-    #[inline]
-    fn alloc_pages_node_on(
-        &self,
-        cpu: usize,
-        nid: u16,
-        gfp: Gfp,
-        order: Order,
-    ) -> Result<Pfn, AllocError> {
-        if self.should_fail(FaultSite::Alloc) {
-            return Err(AllocError::NoMemory { order });
-        }
-        self.alloc_pages_node_on_checked(cpu, nid, gfp, order)
     }
 
     /// `alloc_flags_nofragment()`: a Normal-zone request on a node that also has a
