@@ -9,8 +9,12 @@
 //!   prints its statistics in Linux's `/proc` formats.
 //!
 //! Layout: `harness` measures, `experiments` holds one file per experiment and the
-//! registry, `report` prints, charts and writes JSON.
+//! registry, `report` prints, charts and writes JSON, `affinity` pins threads.
 
+#![deny(unsafe_code)]
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
+
+mod affinity;
 mod experiments;
 mod harness;
 mod report;

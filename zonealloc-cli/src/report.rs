@@ -126,6 +126,7 @@ pub fn num(v: f64) -> String {
 fn significance(r: &Row) -> String {
     match r.p_value {
         None => "-".into(),
+        Some(p) if p < 0.001 => format!("{} (p<0.001)", if r.significant { "yes" } else { "no" }),
         Some(p) => format!("{} (p={p:.3})", if r.significant { "yes" } else { "no" }),
     }
 }

@@ -20,10 +20,12 @@
 //!    *fragmented* (a churn left a quarter of the zone allocated in scattered pages,
 //!    so the bursts get scattered pages whose buddies are in use: the buddy check on
 //!    every flushed page is a cache miss, the case seed (c) says prefetching is for).
+//!    As in seed (c), these threads are pinned, one per CPU.
 //!
-//! Every thread picks its CPU's lists through `sched_getcpu()` (`alloc_pages` /
-//! `free_pages`), as a user's threads would; threads are not pinned. Frames are
-//! abstract (no memory behind them): what is timed is the allocator's own work.
+//! Every thread calls `alloc_pages` / `free_pages`, which find the CPU the thread is
+//! running on (rseq area or `sched_getcpu()`), as a user's threads would; threads are
+//! not pinned. Frames are abstract (no memory behind them): what is timed is the
+//! allocator's own work.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +35,7 @@ use std::time::{Duration, Instant};
 use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 
 use super::{Experiment, ExperimentResult, Scaling, Series, Target};
+use crate::affinity;
 use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant};
 
 /// The experiment.
@@ -376,14 +379,25 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
 // -----------------------------------------------------------------------------
 
 /// `threads` threads each running `cycles` cycles of: allocate `burst` order-0 pages,
-/// free them in allocation order. Returns millions of alloc+free calls per second.
-fn burst_throughput(za: &ZoneAllocator, threads: usize, burst: usize, cycles: usize) -> f64 {
+/// free them in allocation order. Thread `i` is pinned to `cpus[i % len]` when `cpus`
+/// is not empty. Returns millions of alloc+free calls per second.
+fn burst_throughput(
+    za: &ZoneAllocator,
+    threads: usize,
+    burst: usize,
+    cycles: usize,
+    cpus: &[usize],
+) -> f64 {
     let start = Barrier::new(threads + 1);
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
-            .map(|_| {
+            .map(|i| {
                 let start = &start;
+                let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
                 s.spawn(move || {
+                    if let Some(cpu) = cpu {
+                        affinity::pin_current_thread(cpu);
+                    }
                     let mut pages = Vec::with_capacity(burst);
                     start.wait();
                     for _ in 0..cycles {
@@ -444,6 +458,19 @@ fn flush_counts(za: &ZoneAllocator) -> (u64, u64, u64) {
 }
 
 fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
+    // One thread per CPU, pinned, as seed (c)'s will-it-scale runs its tasks: a thread
+    // that wandered to the other CPU would free into lists another thread allocates
+    // from, and the two variants would no longer flush the same amount.
+    let cpus = affinity::allowed_cpus();
+    res.param(
+        "flush: threads pinned to CPUs",
+        if cpus.is_empty() {
+            "no (affinity unknown)".to_owned()
+        } else {
+            format!("{cpus:?}, thread i on the i-th")
+        },
+    );
+    let cpus = &cpus;
     for fragmented in [false, true] {
         let state = if fragmented { "fragmented" } else { "fresh" };
         // A fragmented zone runs about 5x slower per page (a cache miss per step).
@@ -503,7 +530,7 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
             .map(|(t, prefetch, za, _)| {
                 let t = *t;
                 Variant::new(name(t, *prefetch), move || {
-                    burst_throughput(za, t, burst, cycles)
+                    burst_throughput(za, t, burst, cycles, cpus)
                 })
             })
             .collect();
