@@ -227,8 +227,8 @@ fn format_targets(targets: &[Target]) -> String {
 pub fn format_experiment(r: &ExperimentResult) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "\n=== {}: {}", r.name, r.description);
-    for (k, v) in &r.params {
-        let _ = writeln!(s, "  {k}: {v}");
+    for p in &r.params {
+        let _ = writeln!(s, "  {}: {}", p.name, p.value);
     }
     for t in &r.tables {
         let _ = write!(s, "\n{}", format_table(t));
@@ -439,13 +439,13 @@ fn scaling_chart(path: &Path, s: &Scaling) -> ChartResult<()> {
     let xmax = s
         .series
         .iter()
-        .flat_map(|x| x.points.iter().map(|p| p.0))
+        .flat_map(|x| x.points.iter().map(|p| p.threads))
         .max()
         .unwrap_or(1);
     let top = s
         .series
         .iter()
-        .flat_map(|x| x.points.iter().map(|p| p.3))
+        .flat_map(|x| x.points.iter().map(|p| p.max))
         .fold(0.0, f64::max);
     let ymax = if top > 0.0 { top * 1.15 } else { 1.0 };
     let mut chart = ChartBuilder::on(&root)
@@ -471,14 +471,25 @@ fn scaling_chart(path: &Path, s: &Scaling) -> ChartResult<()> {
         .draw()?;
     for (k, series) in s.series.iter().enumerate() {
         let color = PALETTE[(k + 1) % PALETTE.len()];
-        let pts: Vec<(f64, f64)> = series.points.iter().map(|p| (p.0 as f64, p.1)).collect();
+        let pts: Vec<(f64, f64)> = series
+            .points
+            .iter()
+            .map(|p| (f64::from(p.threads), p.median))
+            .collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))?
             .label(series.name.clone())
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
         chart.draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))?;
         chart.draw_series(series.points.iter().map(|p| {
-            ErrorBar::new_vertical(p.0 as f64, p.2, p.1, p.3, color.stroke_width(2), 12)
+            ErrorBar::new_vertical(
+                f64::from(p.threads),
+                p.min,
+                p.median,
+                p.max,
+                color.stroke_width(2),
+                12,
+            )
         }))?;
     }
     chart

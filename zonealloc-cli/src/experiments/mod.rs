@@ -47,7 +47,7 @@ pub struct ExperimentResult {
     /// The experiment's description.
     pub description: String,
     /// Settings that the figures depend on (sizes, durations, allocator tunables).
-    pub params: Vec<(String, String)>,
+    pub params: Vec<Param>,
     /// Comparison tables, in the order printed.
     pub tables: Vec<Table>,
     /// Targets checked against the measurements.
@@ -80,8 +80,20 @@ impl ExperimentResult {
 
     /// Records a parameter.
     pub fn param(&mut self, name: &str, value: impl ToString) {
-        self.params.push((name.to_owned(), value.to_string()));
+        self.params.push(Param {
+            name: name.to_owned(),
+            value: value.to_string(),
+        });
     }
+}
+
+/// A setting an experiment's figures depend on.
+#[derive(Clone, Debug, Serialize)]
+pub struct Param {
+    /// What it is, e.g. "hot pair: pairs per run".
+    pub name: String,
+    /// Its value, as printed.
+    pub value: String,
 }
 
 /// A target from the issue tracker, checked against a measured figure.
@@ -143,6 +155,19 @@ pub struct Scaling {
 pub struct Series {
     /// Variant name (legend).
     pub name: String,
-    /// `(threads, median, min, max)` per thread count.
-    pub points: Vec<(u32, f64, f64, f64)>,
+    /// One point per thread count.
+    pub points: Vec<Point>,
+}
+
+/// The samples of one variant at one thread count, summarised.
+#[derive(Clone, Debug, Serialize)]
+pub struct Point {
+    /// Threads.
+    pub threads: u32,
+    /// Median of the samples.
+    pub median: f64,
+    /// Smallest sample.
+    pub min: f64,
+    /// Largest sample.
+    pub max: f64,
 }

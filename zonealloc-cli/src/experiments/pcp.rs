@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 
-use super::{Experiment, ExperimentResult, Scaling, Series, Target};
+use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::affinity;
 use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant};
 
@@ -366,7 +366,12 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
                     .iter()
                     .map(|&t| {
                         let x = by(on, t);
-                        (t as u32, x.median(), x.min(), x.max())
+                        Point {
+                            threads: t as u32,
+                            median: x.median(),
+                            min: x.min(),
+                            max: x.max(),
+                        }
                     })
                     .collect(),
             })
