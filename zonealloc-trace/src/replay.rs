@@ -1,0 +1,988 @@
+//! Replaying a kernel page-allocator trace into a zonealloc instance.
+//!
+//! Top layer: reads records through `reader`, drives a `ZoneAllocator` through its
+//! public API only, and reports. Each event runs on the CPU the trace names
+//! (`alloc_pages_on` / `free_pages_on`, taken modulo `nr_cpus`).
+//!
+//! # What each event does
+//!
+//! | event | replay |
+//! |---|---|
+//! | `mm_page_alloc` | `alloc_pages_on(cpu, gfp, order)`; the trace pfn is mapped to zonealloc's |
+//! | `mm_page_free` | `free_pages_on(cpu, mapped pfn, order)` |
+//! | `mm_page_free_batched` | nothing: the same free as its `mm_page_free` (counted) |
+//! | `mm_page_alloc_zone_locked` | nothing: the kernel's own refill (counted, compared) |
+//! | `mm_page_pcpu_drain` | nothing: the kernel's own flush (counted, compared) |
+//! | `mm_page_alloc_extfrag` | nothing: the kernel's own fallback (counted, compared) |
+//!
+//! The gfp flags are the trace's, with the mobility bits set from its `migratetype`
+//! field (`gfp_names::effective_gfp`).
+//!
+//! # Frames the trace does not explain
+//!
+//! A trace is a window: blocks freed in it may have been allocated before it began,
+//! and perf drops events when its buffer overflows. So:
+//! * a free of a pfn with no mapping is a *pre-trace free*: counted, skipped;
+//! * a free of part of a mapped block (a `split_page()`d block freed page by page) is
+//!   replayed as `split_page` of the mapped block, then frees of the pages named;
+//! * an allocation at a pfn that is still mapped means the kernel freed it unseen
+//!   (a lost event): the old block is freed first (an *implicit free*), then the
+//!   allocation runs;
+//! * an allocation the kernel failed (`pfn=-1`) is counted and not replayed; one that
+//!   fails in zonealloc is counted, and its later free skipped.
+//!
+//! # Timing
+//!
+//! Records are parsed into a compact `Vec` a chunk at a time (a million by default),
+//! then replayed; only the replay loop is timed, never the parsing, and never the
+//! `buddyinfo()` samples taken between segments for the charts.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use zonealloc::{
+    unusable_free_index, Config, ConfigError, Migratetype, Order, Pfn, ZoneAllocator, MIGRATE_TYPES,
+};
+
+use crate::event::{Event, EventCounts, EventKind, Record};
+use crate::gfp_names::effective_gfp;
+use crate::layout::{HoleModel, ZoneLayout};
+use crate::reader::{ParseStats, ReadOptions, TraceError, TraceReader};
+
+// -----------------------------------------------------------------------------
+// Options and errors
+// -----------------------------------------------------------------------------
+
+/// How to replay.
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    /// The zones to replay into.
+    pub layout: ZoneLayout,
+    /// How zoneinfo's missing pages become holes.
+    pub holes: HoleModel,
+    /// CPUs; `None`: the largest CPU id in the trace plus one.
+    pub nr_cpus: Option<usize>,
+    /// zonealloc's mobility grouping (default on, as in Linux).
+    pub mobility_grouping: bool,
+    /// Malformed-line handling.
+    pub read: ReadOptions,
+    /// Records parsed per timed chunk.
+    pub chunk_events: usize,
+    /// Events between two `buddyinfo()` samples (0: no samples). The interval
+    /// doubles whenever 1,000 samples have been taken.
+    pub sample_every: u64,
+    /// Stop after this many records.
+    pub max_events: Option<u64>,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> ReplayOptions {
+        ReplayOptions {
+            layout: ZoneLayout::linux_6_18_trace_machine(),
+            holes: HoleModel::Managed,
+            nr_cpus: None,
+            mobility_grouping: true,
+            read: ReadOptions::default(),
+            chunk_events: 1 << 20,
+            sample_every: 2000,
+            max_events: None,
+        }
+    }
+}
+
+/// Why a replay could not run.
+#[derive(Debug)]
+pub enum ReplayError {
+    /// Reading the trace failed.
+    Trace(TraceError),
+    /// The layout made no valid allocator.
+    Config(ConfigError),
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReplayError::Trace(e) => e.fmt(f),
+            ReplayError::Config(e) => write!(f, "zone layout: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+impl From<TraceError> for ReplayError {
+    fn from(e: TraceError) -> ReplayError {
+        ReplayError::Trace(e)
+    }
+}
+
+impl From<ConfigError> for ReplayError {
+    fn from(e: ConfigError) -> ReplayError {
+        ReplayError::Config(e)
+    }
+}
+
+// -----------------------------------------------------------------------------
+// The replay state
+// -----------------------------------------------------------------------------
+
+/// Fibonacci hashing of a frame number: one multiply, enough for the pfn map.
+#[derive(Default)]
+pub struct PfnHasher(u64);
+
+impl Hasher for PfnHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type PfnMap<V> = HashMap<u64, V, BuildHasherDefault<PfnHasher>>;
+type PfnSet = HashSet<u64, BuildHasherDefault<PfnHasher>>;
+
+/// A block the trace allocated and zonealloc holds for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Live {
+    zpfn: u64,
+    order: u8,
+    mt: Migratetype,
+}
+
+/// What the replay did with the events.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ReplayCounts {
+    /// `mm_page_alloc` events replayed as `alloc_pages_on`.
+    pub allocs: u64,
+    /// Of those, allocations zonealloc failed.
+    pub alloc_failures: u64,
+    /// Failures per order (index).
+    pub alloc_failures_by_order: Vec<u64>,
+    /// `mm_page_alloc` events of allocations the kernel itself failed (not replayed).
+    pub kernel_failed_allocs: u64,
+    /// Allocations at a pfn still mapped: the old block was freed first.
+    pub implicit_frees: u64,
+    /// `mm_page_free` events replayed as `free_pages_on`.
+    pub frees: u64,
+    /// Frees of blocks allocated before the trace began (skipped).
+    pub frees_pretrace: u64,
+    /// Frees of blocks whose allocation failed in zonealloc (skipped).
+    pub frees_of_failed_allocs: u64,
+    /// Frees of part of a mapped block, replayed after `split_page`.
+    pub split_frees: u64,
+    /// Frees of a larger order than the mapped block (skipped).
+    pub free_order_mismatch: u64,
+    /// Frees zonealloc refused (a bug if non-zero).
+    pub free_errors: u64,
+    /// `mm_page_free_batched` events (each the same free as an `mm_page_free`).
+    pub free_batched: u64,
+    /// Calls into zonealloc (`alloc_pages_on`, `free_pages_on`, `split_page`).
+    pub allocator_calls: u64,
+}
+
+/// One `buddyinfo()` sample.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BuddySample {
+    /// Records replayed before the sample.
+    pub event: u64,
+    /// Trace time of the last record, ns since the first record.
+    pub trace_time_ns: u64,
+    /// Free blocks per order, one vector per populated zone (as `buddyinfo()`).
+    pub free_blocks: Vec<Vec<u64>>,
+}
+
+/// A trace being replayed into a zonealloc instance.
+pub struct Replayer {
+    za: ZoneAllocator,
+    live: PfnMap<Live>,
+    failed: PfnSet,
+    counts: ReplayCounts,
+    kernel: KernelCounts,
+    events: EventCounts,
+    replay_time: Duration,
+    first_time_ns: Option<u64>,
+    last_time_ns: u64,
+    samples: Vec<BuddySample>,
+    sample_every: u64,
+    next_sample: u64,
+    replayed: u64,
+    pageblocks_at_start: Vec<[u64; MIGRATE_TYPES]>,
+}
+
+impl Replayer {
+    /// A replay into a fresh allocator built from `config`; `sample_every` as in
+    /// `ReplayOptions`.
+    ///
+    /// # Errors
+    /// The configuration's first problem.
+    pub fn new(config: Config, sample_every: u64) -> Result<Replayer, ConfigError> {
+        let za = ZoneAllocator::new(config)?;
+        let max_order = za.config().max_order.0 as usize;
+        let pageblocks_at_start = za.free_counts().iter().map(|z| z.nr_blocks).collect();
+        let mut r = Replayer {
+            za,
+            live: PfnMap::default(),
+            failed: PfnSet::default(),
+            counts: ReplayCounts {
+                alloc_failures_by_order: vec![0; max_order + 1],
+                ..ReplayCounts::default()
+            },
+            kernel: KernelCounts::default(),
+            events: EventCounts::default(),
+            replay_time: Duration::ZERO,
+            first_time_ns: None,
+            last_time_ns: 0,
+            samples: Vec::new(),
+            sample_every,
+            next_sample: 0,
+            replayed: 0,
+            pageblocks_at_start,
+        };
+        if sample_every > 0 {
+            r.sample();
+            r.next_sample = sample_every;
+        }
+        Ok(r)
+    }
+
+    /// The allocator.
+    pub fn allocator(&self) -> &ZoneAllocator {
+        &self.za
+    }
+
+    /// What the replay has done so far.
+    pub fn counts(&self) -> &ReplayCounts {
+        &self.counts
+    }
+
+    /// Blocks held for the trace now: zonealloc's head, order and migratetype.
+    pub fn live_blocks(&self) -> impl Iterator<Item = (Pfn, Order, Migratetype)> + '_ {
+        self.live
+            .values()
+            .map(|l| (Pfn(l.zpfn), Order(l.order), l.mt))
+    }
+
+    /// The `buddyinfo()` samples taken so far.
+    pub fn samples(&self) -> &[BuddySample] {
+        &self.samples
+    }
+
+    /// Replays `records` in order. Only the replay loop is timed; `buddyinfo()`
+    /// samples are taken between timed segments.
+    pub fn replay(&mut self, records: &[Record]) {
+        let mut rest = records;
+        while !rest.is_empty() {
+            let n = if self.sample_every == 0 {
+                rest.len()
+            } else {
+                ((self.next_sample - self.replayed) as usize).min(rest.len())
+            };
+            let (seg, tail) = rest.split_at(n);
+            let t0 = Instant::now();
+            for r in seg {
+                self.apply(r);
+            }
+            self.replay_time += t0.elapsed();
+            self.replayed += seg.len() as u64;
+            if let Some(last) = seg.last() {
+                self.first_time_ns.get_or_insert(seg[0].time_ns);
+                self.last_time_ns = last.time_ns;
+            }
+            if self.sample_every > 0 && self.replayed >= self.next_sample {
+                self.sample();
+                if self.samples.len() >= 1000 {
+                    // Keep the series bounded: every other sample, twice the interval.
+                    let mut i = 0;
+                    self.samples.retain(|_| {
+                        i += 1;
+                        i % 2 == 1
+                    });
+                    self.sample_every *= 2;
+                }
+                self.next_sample = self.replayed + self.sample_every;
+            }
+            rest = tail;
+        }
+    }
+
+    fn sample(&mut self) {
+        let first = self.first_time_ns.unwrap_or(self.last_time_ns);
+        self.samples.push(BuddySample {
+            event: self.replayed,
+            trace_time_ns: self.last_time_ns.saturating_sub(first),
+            free_blocks: self.za.buddyinfo().zones.into_iter().map(|z| z.1).collect(),
+        });
+    }
+
+    /// Replays one record (untimed).
+    #[inline]
+    pub fn apply(&mut self, r: &Record) {
+        self.events.add(r.event.kind());
+        let cpu = r.cpu as usize;
+        match r.event {
+            Event::Alloc {
+                pfn,
+                order,
+                gfp,
+                migratetype,
+            } => {
+                let Some(pfn) = pfn else {
+                    self.counts.kernel_failed_allocs += 1;
+                    return;
+                };
+                if let Some(old) = self.live.remove(&pfn) {
+                    self.counts.implicit_frees += 1;
+                    self.free_block(cpu, old);
+                }
+                let gfp = effective_gfp(gfp, migratetype);
+                self.counts.allocs += 1;
+                self.counts.allocator_calls += 1;
+                match self.za.alloc_pages_on(cpu, gfp, Order(order)) {
+                    Ok(z) => {
+                        self.failed.remove(&pfn);
+                        self.live.insert(
+                            pfn,
+                            Live {
+                                zpfn: z.0,
+                                order,
+                                mt: gfp.migratetype(),
+                            },
+                        );
+                    }
+                    Err(_) => {
+                        self.counts.alloc_failures += 1;
+                        if let Some(c) = self.counts.alloc_failures_by_order.get_mut(order as usize)
+                        {
+                            *c += 1;
+                        }
+                        self.failed.insert(pfn);
+                    }
+                }
+            }
+            Event::Free { pfn, order } => self.free(cpu, pfn, order),
+            Event::FreeBatched { .. } => self.counts.free_batched += 1,
+            Event::AllocZoneLocked { percpu_refill, .. } => {
+                if percpu_refill {
+                    self.kernel.refill_blocks += 1;
+                } else {
+                    self.kernel.zone_locked_other += 1;
+                }
+            }
+            Event::PcpuDrain { .. } => self.kernel.drain_blocks += 1,
+            Event::AllocExtfrag {
+                fallback_order,
+                change_ownership,
+                ..
+            } => {
+                self.kernel.extfrag += 1;
+                if u32::from(fallback_order) < u32::from(self.za.config().pageblock_order.0) {
+                    self.kernel.extfrag_fragmenting += 1;
+                }
+                if change_ownership {
+                    self.kernel.extfrag_change_ownership += 1;
+                }
+            }
+        }
+    }
+
+    fn free_block(&mut self, cpu: usize, l: Live) {
+        self.counts.allocator_calls += 1;
+        if self
+            .za
+            .free_pages_on(cpu, Pfn(l.zpfn), Order(l.order))
+            .is_err()
+        {
+            self.counts.free_errors += 1;
+        }
+    }
+
+    fn free(&mut self, cpu: usize, pfn: u64, order: u8) {
+        match self.live.get(&pfn) {
+            Some(l) if l.order == order => {
+                let l = *l;
+                self.live.remove(&pfn);
+                self.counts.frees += 1;
+                self.free_block(cpu, l);
+                return;
+            }
+            Some(l) if l.order < order => {
+                self.counts.free_order_mismatch += 1;
+                return;
+            }
+            _ => {}
+        }
+        // Part of a larger mapped block? Look for its head.
+        let max = self.za.config().max_order.0;
+        for o in (order + 1)..=max {
+            let head = pfn & !((1u64 << o) - 1);
+            if let Some(&l) = self.live.get(&head) {
+                if l.order >= o {
+                    self.split_and_free(cpu, head, l, pfn, order);
+                    return;
+                }
+            }
+        }
+        if self.failed.remove(&pfn) {
+            self.counts.frees_of_failed_allocs += 1;
+        } else {
+            self.counts.frees_pretrace += 1;
+        }
+    }
+
+    /// `split_page()` the mapped block at `head`, then free the pages of
+    /// `[pfn, pfn + 2^order)` one by one.
+    fn split_and_free(&mut self, cpu: usize, head: u64, l: Live, pfn: u64, order: u8) {
+        self.counts.split_frees += 1;
+        self.counts.allocator_calls += 1;
+        if self.za.split_page(Pfn(l.zpfn), Order(l.order)).is_err() {
+            self.counts.free_errors += 1;
+            return;
+        }
+        self.live.remove(&head);
+        for i in 0..1u64 << l.order {
+            self.live.insert(
+                head + i,
+                Live {
+                    zpfn: l.zpfn + i,
+                    order: 0,
+                    mt: l.mt,
+                },
+            );
+        }
+        for p in pfn..pfn + (1u64 << order) {
+            if let Some(piece) = self.live.remove(&p) {
+                self.free_block(cpu, piece);
+            }
+        }
+    }
+
+    /// Frees every live block of a migratetype in `types` (the "reclaim" of a
+    /// stress-highalloc pass at rest), then drains every CPU's lists. Returns the
+    /// pages freed.
+    pub fn free_live(&mut self, types: &[Migratetype]) -> u64 {
+        let victims: Vec<(u64, Live)> = self
+            .live
+            .iter()
+            .filter(|(_, l)| types.contains(&l.mt))
+            .map(|(&p, &l)| (p, l))
+            .collect();
+        let mut pages = 0;
+        for (p, l) in victims {
+            self.live.remove(&p);
+            pages += 1u64 << l.order;
+            self.free_block(0, l);
+        }
+        self.za.drain_all_pages();
+        pages
+    }
+
+    /// The report: counts, timing, per-CPU list activity next to the kernel's,
+    /// fallbacks, and the fragmentation state now.
+    pub fn report(
+        &self,
+        trace: &str,
+        layout: &ZoneLayout,
+        holes: HoleModel,
+        parse: ParseStats,
+    ) -> ReplayReport {
+        let za = &self.za;
+        let pcp = za.pcp_stats();
+        let mut zones_pcp = Vec::new();
+        let mut tot = PcpTotals::default();
+        for z in &pcp {
+            let mut t = PcpTotals {
+                zone: format!("{}", z.id.zone_type),
+                ..PcpTotals::default()
+            };
+            for c in &z.cpus {
+                t.refills += c.refills;
+                t.refill_blocks += c.refill_blocks;
+                t.drains += c.drains;
+                t.drain_blocks += c.drain_blocks;
+                t.pages_on_lists += c.count;
+            }
+            tot.refills += t.refills;
+            tot.refill_blocks += t.refill_blocks;
+            tot.drains += t.drains;
+            tot.drain_blocks += t.drain_blocks;
+            tot.pages_on_lists += t.pages_on_lists;
+            zones_pcp.push(t);
+        }
+        tot.zone = "all".into();
+        let counts = za.free_counts();
+        let pageblocks = counts
+            .iter()
+            .zip(&self.pageblocks_at_start)
+            .map(|(z, start)| PageblockTypes {
+                zone: format!("{}", z.id.zone_type),
+                at_start: type_counts(start),
+                at_end: type_counts(&z.nr_blocks),
+            })
+            .collect();
+        let pageblock_order = za.config().pageblock_order.idx();
+        let end = EndState {
+            nr_free_pages: za.nr_free_pages(),
+            nr_pcp_pages: za.nr_pcp_pages(),
+            live_blocks: self.live.len() as u64,
+            live_pages: self.live.values().map(|l| 1u64 << l.order).sum(),
+            unusable_index_pageblock_order: za
+                .buddyinfo()
+                .zones
+                .iter()
+                .map(|(id, b)| {
+                    (
+                        format!("{}", id.zone_type),
+                        unusable_free_index(b, pageblock_order) as f64 / 1000.0,
+                    )
+                })
+                .collect(),
+            buddyinfo: za.buddyinfo().to_string(),
+            pagetypeinfo: za.pagetypeinfo().to_string(),
+            unusable_index: za.unusable_index().to_string(),
+            extfrag_index: za.extfrag_index().to_string(),
+        };
+        let events = self.replayed;
+        let ns = self.replay_time.as_nanos() as f64;
+        ReplayReport {
+            trace: trace.to_string(),
+            layout: layout.clone(),
+            holes,
+            nr_cpus: za.config().nr_cpus,
+            mobility_grouping: za.config().mobility_grouping,
+            managed_pages: za.managed_pages(),
+            parse,
+            events: self.events,
+            counts: self.counts.clone(),
+            timing: Timing {
+                events,
+                replay_ns: self.replay_time.as_nanos() as u64,
+                ns_per_event: if events > 0 { ns / events as f64 } else { 0.0 },
+                ns_per_allocator_call: if self.counts.allocator_calls > 0 {
+                    ns / self.counts.allocator_calls as f64
+                } else {
+                    0.0
+                },
+                trace_span_ns: self
+                    .last_time_ns
+                    .saturating_sub(self.first_time_ns.unwrap_or(self.last_time_ns)),
+            },
+            pcp: PcpComparison {
+                zonealloc: tot,
+                zonealloc_by_zone: zones_pcp,
+                kernel_refill_blocks: self.kernel.refill_blocks,
+                kernel_zone_locked_other: self.kernel.zone_locked_other,
+                kernel_drain_blocks: self.kernel.drain_blocks,
+            },
+            fallback: FallbackComparison {
+                kernel_extfrag: self.kernel.extfrag,
+                kernel_extfrag_fragmenting: self.kernel.extfrag_fragmenting,
+                kernel_extfrag_change_ownership: self.kernel.extfrag_change_ownership,
+                zonealloc_extfrag: None,
+                pageblock_types: pageblocks,
+            },
+            end,
+            samples: self.samples.clone(),
+        }
+    }
+}
+
+fn type_counts(c: &[u64; MIGRATE_TYPES]) -> Vec<(String, u64)> {
+    Migratetype::ALL
+        .iter()
+        .map(|m| (m.name().to_string(), c[m.idx()]))
+        .collect()
+}
+
+// -----------------------------------------------------------------------------
+// The report
+// -----------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct KernelCounts {
+    refill_blocks: u64,
+    zone_locked_other: u64,
+    drain_blocks: u64,
+    extfrag: u64,
+    extfrag_fragmenting: u64,
+    extfrag_change_ownership: u64,
+}
+
+/// Time spent in the replay loop.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Timing {
+    /// Records replayed.
+    pub events: u64,
+    /// Wall time of the replay loop, parsing and sampling excluded.
+    pub replay_ns: u64,
+    /// `replay_ns / events`.
+    pub ns_per_event: f64,
+    /// `replay_ns / allocator_calls`.
+    pub ns_per_allocator_call: f64,
+    /// Trace time from the first to the last record.
+    pub trace_span_ns: u64,
+}
+
+/// Per-CPU list activity of some zones.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PcpTotals {
+    /// Zone name, or "all".
+    pub zone: String,
+    /// Refills (`rmqueue_bulk` calls).
+    pub refills: u64,
+    /// Blocks taken by refills (the kernel's `mm_page_alloc_zone_locked`
+    /// `percpu_refill=1` events).
+    pub refill_blocks: u64,
+    /// Flushes (`free_pcppages_bulk` calls).
+    pub drains: u64,
+    /// Blocks flushed (the kernel's `mm_page_pcpu_drain` events).
+    pub drain_blocks: u64,
+    /// Pages on the lists at the end.
+    pub pages_on_lists: u64,
+}
+
+/// zonealloc's per-CPU list activity next to the kernel's in the same trace.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PcpComparison {
+    /// zonealloc, all zones.
+    pub zonealloc: PcpTotals,
+    /// zonealloc, per zone.
+    pub zonealloc_by_zone: Vec<PcpTotals>,
+    /// The kernel's `mm_page_alloc_zone_locked` events with `percpu_refill=1`.
+    pub kernel_refill_blocks: u64,
+    /// The kernel's `mm_page_alloc_zone_locked` events with `percpu_refill=0`
+    /// (high-order blocks taken straight from the buddy lists).
+    pub kernel_zone_locked_other: u64,
+    /// The kernel's `mm_page_pcpu_drain` events.
+    pub kernel_drain_blocks: u64,
+}
+
+/// Pageblocks per migratetype in one zone.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PageblockTypes {
+    /// Zone name.
+    pub zone: String,
+    /// Before the replay: `(type, pageblocks)`.
+    pub at_start: Vec<(String, u64)>,
+    /// After it.
+    pub at_end: Vec<(String, u64)>,
+}
+
+/// Fallbacks: the kernel's `mm_page_alloc_extfrag` events next to what zonealloc
+/// shows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FallbackComparison {
+    /// The kernel's `mm_page_alloc_extfrag` events.
+    pub kernel_extfrag: u64,
+    /// Of those, with `fallback_order < pageblock_order` (mmtests' "fragmenting").
+    pub kernel_extfrag_fragmenting: u64,
+    /// Of those, with `change_ownership=1` (the pageblock was claimed).
+    pub kernel_extfrag_change_ownership: u64,
+    /// zonealloc's fallback count: `None` while the library does not expose it (it
+    /// counts fallbacks internally, `ZoneEvents::extfrag`, but neither `vmstat()` nor
+    /// any other public call reports them).
+    pub zonealloc_extfrag: Option<u64>,
+    /// What is public: pageblocks per migratetype before and after. Every
+    /// pageblock starts Movable, so Unmovable/Reclaimable blocks at the end are
+    /// pageblocks that fallbacks claimed.
+    pub pageblock_types: Vec<PageblockTypes>,
+}
+
+/// The fragmentation state after the replay.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EndState {
+    /// Free pages on the buddy lists.
+    pub nr_free_pages: u64,
+    /// Free pages on per-CPU lists.
+    pub nr_pcp_pages: u64,
+    /// Blocks still held for the trace.
+    pub live_blocks: u64,
+    /// Pages in them.
+    pub live_pages: u64,
+    /// Unusable free space index at pageblock order (0..1), per zone.
+    pub unusable_index_pageblock_order: Vec<(String, f64)>,
+    /// `/proc/buddyinfo`.
+    pub buddyinfo: String,
+    /// `/proc/pagetypeinfo`.
+    pub pagetypeinfo: String,
+    /// debugfs `extfrag/unusable_index`.
+    pub unusable_index: String,
+    /// debugfs `extfrag/extfrag_index`.
+    pub extfrag_index: String,
+}
+
+/// Everything a replay found.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplayReport {
+    /// The trace's path.
+    pub trace: String,
+    /// The zones replayed into.
+    pub layout: ZoneLayout,
+    /// How holes were made.
+    pub holes: HoleModel,
+    /// CPUs of the allocator.
+    pub nr_cpus: usize,
+    /// Mobility grouping on.
+    pub mobility_grouping: bool,
+    /// Frames the allocator manages.
+    pub managed_pages: u64,
+    /// What the reader saw.
+    pub parse: ParseStats,
+    /// Records replayed, per kind.
+    pub events: EventCounts,
+    /// What the replay did with them.
+    pub counts: ReplayCounts,
+    /// Time in the replay loop.
+    pub timing: Timing,
+    /// Per-CPU refills and drains, zonealloc's and the kernel's.
+    pub pcp: PcpComparison,
+    /// Fallbacks.
+    pub fallback: FallbackComparison,
+    /// The fragmentation state at the end.
+    pub end: EndState,
+    /// `buddyinfo()` over the replay.
+    pub samples: Vec<BuddySample>,
+}
+
+impl fmt::Display for ReplayReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.counts;
+        let e = &self.events;
+        writeln!(f, "replay of {}", self.trace)?;
+        writeln!(
+            f,
+            "zones ({:?} hole model, {} pages managed, {} CPUs, mobility grouping {}):",
+            self.holes,
+            self.managed_pages,
+            self.nr_cpus,
+            if self.mobility_grouping { "on" } else { "off" }
+        )?;
+        write!(f, "{}", self.layout)?;
+        let p = &self.parse;
+        writeln!(
+            f,
+            "\nread {} lines{}: {} events, {} other events, {} blank/comment, {} malformed (skipped)",
+            p.lines,
+            if p.xz { " (xz)" } else { "" },
+            p.events.total(),
+            p.other_events,
+            p.blank_lines,
+            p.malformed
+        )?;
+        for m in &p.malformed_examples {
+            writeln!(f, "  malformed {m}")?;
+        }
+        for (s, n) in &p.unknown_gfp_symbols {
+            writeln!(f, "  unknown gfp symbol {s} x{n} (ignored)")?;
+        }
+        writeln!(f, "\nevents by kind          in trace   replayed as")?;
+        let row = |f: &mut fmt::Formatter<'_>, k: EventKind, what: String| {
+            writeln!(f, "  {:<26} {:>8}   {}", k.name(), e.get(k), what)
+        };
+        row(
+            f,
+            EventKind::Alloc,
+            format!(
+                "{} alloc_pages_on ({} failed), {} kernel-failed not replayed",
+                c.allocs, c.alloc_failures, c.kernel_failed_allocs
+            ),
+        )?;
+        row(
+            f,
+            EventKind::Free,
+            format!(
+                "{} free_pages_on, {} split+free, {} pre-trace skipped, {} of failed allocs, {} order mismatch",
+                c.frees, c.split_frees, c.frees_pretrace, c.frees_of_failed_allocs, c.free_order_mismatch
+            ),
+        )?;
+        row(
+            f,
+            EventKind::FreeBatched,
+            "counted (same free as mm_page_free)".into(),
+        )?;
+        row(
+            f,
+            EventKind::AllocZoneLocked,
+            "counted (kernel refills)".into(),
+        )?;
+        row(f, EventKind::PcpuDrain, "counted (kernel drains)".into())?;
+        row(
+            f,
+            EventKind::AllocExtfrag,
+            "counted (kernel fallbacks)".into(),
+        )?;
+        writeln!(
+            f,
+            "  implicit frees (alloc of a still-mapped pfn: lost free event): {}; free errors: {}",
+            c.implicit_frees, c.free_errors
+        )?;
+        if c.alloc_failures > 0 {
+            writeln!(
+                f,
+                "  zonealloc failures by order: {:?}",
+                c.alloc_failures_by_order
+            )?;
+        }
+        let t = &self.timing;
+        writeln!(
+            f,
+            "\ntiming: {} events in {:.3} ms of replay = {:.1} ns/event ({:.1} ns per allocator call, {} calls); trace spans {:.3} s",
+            t.events,
+            t.replay_ns as f64 / 1e6,
+            t.ns_per_event,
+            t.ns_per_allocator_call,
+            c.allocator_calls,
+            t.trace_span_ns as f64 / 1e9
+        )?;
+        let pc = &self.pcp;
+        writeln!(
+            f,
+            "\nper-CPU lists              zonealloc      kernel (same trace)"
+        )?;
+        writeln!(
+            f,
+            "  refill blocks          {:>12}   {:>12}  (mm_page_alloc_zone_locked percpu_refill=1)",
+            pc.zonealloc.refill_blocks, pc.kernel_refill_blocks
+        )?;
+        writeln!(
+            f,
+            "  drain blocks           {:>12}   {:>12}  (mm_page_pcpu_drain)",
+            pc.zonealloc.drain_blocks, pc.kernel_drain_blocks
+        )?;
+        writeln!(
+            f,
+            "  refills / drains calls {:>5} / {:<5}   zone-locked without refill: {}",
+            pc.zonealloc.refills, pc.zonealloc.drains, pc.kernel_zone_locked_other
+        )?;
+        for z in &pc.zonealloc_by_zone {
+            writeln!(
+                f,
+                "    {:<8} refill blocks {:>8}, drain blocks {:>8}, pages on lists now {}",
+                z.zone, z.refill_blocks, z.drain_blocks, z.pages_on_lists
+            )?;
+        }
+        let fb = &self.fallback;
+        writeln!(
+            f,
+            "\nfallbacks: kernel mm_page_alloc_extfrag {} ({} fragmenting, {} claimed the pageblock); zonealloc: {}",
+            fb.kernel_extfrag,
+            fb.kernel_extfrag_fragmenting,
+            fb.kernel_extfrag_change_ownership,
+            match fb.zonealloc_extfrag {
+                Some(n) => n.to_string(),
+                None => "not exposed by the library; pageblock types instead:".into(),
+            }
+        )?;
+        for z in &fb.pageblock_types {
+            write!(f, "  {:<8}", z.zone)?;
+            for ((name, a), (_, b)) in z.at_start.iter().zip(&z.at_end) {
+                if a != b || *a > 0 {
+                    write!(f, " {name} {a}->{b}")?;
+                }
+            }
+            writeln!(f)?;
+        }
+        let end = &self.end;
+        writeln!(
+            f,
+            "\nend state: {} blocks ({} pages) held for the trace, {} pages free, {} on per-CPU lists",
+            end.live_blocks, end.live_pages, end.nr_free_pages, end.nr_pcp_pages
+        )?;
+        for (z, u) in &end.unusable_index_pageblock_order {
+            writeln!(
+                f,
+                "  unusable free space index at pageblock order, {z}: {u:.3}"
+            )?;
+        }
+        writeln!(f, "\nbuddyinfo:\n{}", end.buddyinfo)?;
+        writeln!(f, "pagetypeinfo:\n{}", end.pagetypeinfo)?;
+        writeln!(f, "unusable_index:\n{}", end.unusable_index)?;
+        write!(f, "extfrag_index:\n{}", end.extfrag_index)
+    }
+}
+
+// -----------------------------------------------------------------------------
+// Entry points
+// -----------------------------------------------------------------------------
+
+/// The largest CPU id in a trace (a parsing pass over the file).
+///
+/// # Errors
+/// As `TraceReader::next_record`.
+pub fn scan_max_cpu(trace: &Path, read: ReadOptions) -> Result<Option<u16>, TraceError> {
+    let mut r = TraceReader::open(trace, read)?;
+    let mut max = None;
+    while let Some(rec) = r.next_record()? {
+        max = max.max(Some(rec.cpu));
+    }
+    Ok(max)
+}
+
+/// Replays the trace at `path` (plain or xz) and reports; also returns the replay
+/// state (the allocator, the blocks still held) for further use.
+///
+/// The trace streams through in chunks of `opts.chunk_events` records. The CPU
+/// count, unless given, is the largest CPU id plus one: read from the first chunk
+/// when it holds the whole trace, else from a first pass over the file.
+///
+/// # Errors
+/// Reading the trace (a malformed line if `opts.read.strict`), or a layout that makes
+/// no valid allocator.
+pub fn run_with_state(
+    path: &Path,
+    opts: &ReplayOptions,
+) -> Result<(ReplayReport, Replayer), ReplayError> {
+    let mut reader = TraceReader::open(path, opts.read)?;
+    let limit = opts.max_events.unwrap_or(u64::MAX);
+    let chunk = opts.chunk_events.max(1);
+    let mut buf = Vec::with_capacity(chunk.min(1 << 20));
+    let first = (chunk as u64).min(limit) as usize;
+    reader.read_chunk(&mut buf, first)?;
+    let whole = buf.len() < first || buf.len() as u64 == limit;
+    let nr_cpus = match opts.nr_cpus {
+        Some(n) => n,
+        None if whole => buf.iter().map(|r| r.cpu as usize + 1).max().unwrap_or(1),
+        None => scan_max_cpu(path, opts.read)?.map_or(1, |c| c as usize + 1),
+    };
+    let mut config = opts.layout.config(opts.holes, nr_cpus);
+    config.mobility_grouping = opts.mobility_grouping;
+    let mut rp = Replayer::new(config, opts.sample_every)?;
+    let mut done = buf.len() as u64;
+    rp.replay(&buf);
+    while done < limit {
+        buf.clear();
+        let want = (chunk as u64).min(limit - done) as usize;
+        if reader.read_chunk(&mut buf, want)? == 0 {
+            break;
+        }
+        done += buf.len() as u64;
+        rp.replay(&buf);
+    }
+    if opts.sample_every > 0 && rp.samples.last().is_none_or(|s| s.event != rp.replayed) {
+        rp.sample();
+    }
+    let report = rp.report(
+        &path.display().to_string(),
+        &opts.layout,
+        opts.holes,
+        reader.into_stats(),
+    );
+    Ok((report, rp))
+}
+
+/// Replays the trace at `path` and reports (see `run_with_state`).
+///
+/// # Errors
+/// As `run_with_state`.
+pub fn run(path: &Path, opts: &ReplayOptions) -> Result<ReplayReport, ReplayError> {
+    run_with_state(path, opts).map(|(r, _)| r)
+}
