@@ -1,10 +1,10 @@
 //! `zonealloc`: the benchmark suite and a statistics demo of the zonealloc crate.
 //!
-//! * `zonealloc bench [--quick] [--out DIR] [EXPERIMENT...]` runs the registered
-//!   experiments (all by default), each comparing variants interleaved in this one
-//!   process, prints a machine header and a table per comparison, and writes
-//!   `DIR/results.json` (every figure) and PNG charts. `--quick` is CI scale (the
-//!   whole suite in under 3 minutes); without it, full scale.
+//! * `zonealloc bench [--quick] [--rounds N] [--out DIR] [EXPERIMENT...]` runs the
+//!   registered experiments (all by default), each comparing variants interleaved in
+//!   this one process, prints a machine header and a table per comparison, and
+//!   writes `DIR/results.json` (every figure) and PNG charts. `--quick` is CI scale
+//!   (the whole suite in under 3 minutes); without it, full scale.
 //! * `zonealloc stats` builds a small allocator, runs a mixed workload on it and
 //!   prints its statistics in Linux's `/proc` formats.
 //!
@@ -67,6 +67,9 @@ struct BenchArgs {
     /// Directory for results.json and the charts.
     #[arg(long, default_value = "bench-out")]
     out: PathBuf,
+    /// Measured rounds per comparison (default: 5 quick, 11 full; at least 5).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(5..))]
+    rounds: Option<u16>,
     /// List the experiments and exit.
     #[arg(long)]
     list: bool,
@@ -123,6 +126,9 @@ fn bench(args: BenchArgs) -> ExitCode {
             .progress_chars("=> "),
     );
     let mut ctx = Ctx::new(args.quick, progress.clone());
+    if let Some(r) = args.rounds {
+        ctx.rounds = r.into();
+    }
     out!(
         "zonealloc bench: {} scale, {} measured rounds (+{} warm-up) per comparison, variants interleaved",
         if args.quick { "quick" } else { "full" },
