@@ -22,8 +22,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use arbitrary::{Arbitrary, Unstructured};
 use zonealloc::{
-    AbstractFrames, Config, FreeError, Gfp, NodeConfig, Order, PcpConfig, Pfn, ZoneAllocator,
-    ZoneConfig, ZoneType,
+    AbstractFrames, Config, FaultSite, FreeError, Gfp, NodeConfig, Order, PcpConfig, Pfn,
+    ZoneAllocator, ZoneConfig, ZoneType,
 };
 
 /// The configuration a fuzz input selects.
@@ -39,6 +39,8 @@ pub struct FuzzConfig {
     pcp_small: bool,
     two_zones: bool,
     grouping: bool,
+    /// Fail every n-th allocation and per-CPU refill (0 and 1: never).
+    fault_every: u8,
 }
 
 /// One operation on the allocator.
@@ -114,6 +116,8 @@ pub struct Figures {
     pub assertions: u64,
     /// Bad calls tried, by kind.
     pub bad_inputs: BTreeMap<&'static str, u64>,
+    /// Failures injected, by site.
+    pub faults: BTreeMap<&'static str, u64>,
 }
 
 impl Figures {
@@ -125,6 +129,9 @@ impl Figures {
         self.assertions += o.assertions;
         for (k, v) in &o.bad_inputs {
             *self.bad_inputs.entry(k).or_default() += v;
+        }
+        for (k, v) in &o.faults {
+            *self.faults.entry(k).or_default() += v;
         }
     }
 }
@@ -191,6 +198,15 @@ pub fn run(data: &[u8], with_bad: bool) -> Figures {
         return Figures::default();
     };
     let (za, hole) = build(&config);
+    let sites = [
+        (FaultSite::Alloc, "alloc"),
+        (FaultSite::PcpRefill, "pcp refill"),
+    ];
+    if config.fault_every > 1 {
+        for (site, _) in sites {
+            za.inject_faults(site, config.fault_every as u64);
+        }
+    }
     let mut ex = Exec {
         za: &za,
         held: Vec::new(),
@@ -210,6 +226,13 @@ pub fn run(data: &[u8], with_bad: bool) -> Figures {
         steps += 1;
         if steps >= 400 {
             break;
+        }
+    }
+    for (site, name) in sites {
+        za.inject_faults(site, 0);
+        let n = za.faults_injected(site);
+        if n > 0 {
+            ex.fig.faults.insert(name, n);
         }
     }
     ex.teardown();

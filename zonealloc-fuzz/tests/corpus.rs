@@ -52,6 +52,10 @@ fn corpus_and_seeded_inputs_pass_both_targets() {
             f.execs, f.ops, f.invariant_checks, f.assertions
         );
     }
+    println!("  faults injected by site (every step checked after each):");
+    for (k, n) in &ops.faults {
+        println!("    {k:<28} {n}");
+    }
     println!("  bad inputs tried by kind:");
     for (k, n) in &bad.bad_inputs {
         println!("    {k:<28} {n}");

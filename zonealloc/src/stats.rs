@@ -320,11 +320,12 @@ impl fmt::Display for FragmentationIndex {
             write!(f, "Node {}, zone {:>8} ", id.node, id.zone_type.name())?;
             for &i in idx {
                 // Linux prints index / 1000 and index % 1000 with C's truncating
-                // division, so -1000 reads "-1.000".
+                // division and remainder, as Rust's are: -1000 reads "-1.000" and
+                // -500 reads " 0.-500", signs and all.
                 if self.extfrag {
-                    write!(f, "{:>2}.{:03} ", i / 1000, (i % 1000).abs())?;
+                    write!(f, "{:>2}.{:03} ", i / 1000, i % 1000)?;
                 } else {
-                    write!(f, "{}.{:03} ", i / 1000, (i % 1000).abs())?;
+                    write!(f, "{}.{:03} ", i / 1000, i % 1000)?;
                 }
             }
             f.write_char('\n')?;

@@ -712,7 +712,6 @@ fn fragmentation_index_display_is_linux_printf() {
 /// sign after the point: -500 (one free order-9 block, order 10 requested) reads
 /// `" 0.-500"` in `extfrag/extfrag_index`.
 #[test]
-#[ignore = "bug: FragmentationIndex Display prints extfrag -500 as \" 0.500\" (sign lost by .abs()); Linux prints \" 0.-500\""]
 fn extfrag_display_keeps_the_sign_of_small_negative_indices() {
     let id = ZoneId {
         node: 0,
