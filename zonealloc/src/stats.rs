@@ -173,6 +173,28 @@ pub struct PagesetInfo {
     pub stat_threshold: u64,
 }
 
+/// A zone's event counters (exact totals; read without locks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneEventCounts {
+    /// The zone.
+    pub id: ZoneId,
+    /// Pages allocated (`pgalloc_<zone>`).
+    pub pgalloc: u64,
+    /// Pages freed into the allocator (`pgfree`).
+    pub pgfree: u64,
+    /// Allocations that took memory from another migratetype's lists (each one a
+    /// `mm_page_alloc_extfrag` event in Linux).
+    pub fallbacks: u64,
+    /// Fallbacks that claimed a whole pageblock for the requesting type.
+    pub pageblocks_claimed: u64,
+    /// Pageblocks turned into HighAtomic reserves.
+    pub highatomic_reserved: u64,
+    /// HighAtomic reserves given back.
+    pub highatomic_unreserved: u64,
+    /// Zone skipped by an allocation because it was below the watermark.
+    pub watermark_failures: u64,
+}
+
 /// One CPU's per-CPU list activity in one zone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PcpCpuStats {
@@ -507,6 +529,35 @@ impl<B: Backend> ZoneAllocator<B> {
                     high_max: p.pcp.high_max,
                     // Per-CPU counters here are exact and never folded: no threshold.
                     stat_threshold: 0,
+                }
+            })
+            .collect()
+    }
+
+    /// The effective migratetype of the pageblock holding `pfn` (`Isolate` while
+    /// isolated), or `None` if `pfn` is in no zone. Lock-free; may be a moment stale.
+    pub fn pageblock_migratetype(&self, pfn: crate::types::Pfn) -> Option<Migratetype> {
+        let z = self.zone_of(pfn)?;
+        Some(z.blocks.migratetype(pfn))
+    }
+
+    /// Event counters of every populated zone, per-CPU list activity included.
+    pub fn zone_events(&self) -> Vec<ZoneEventCounts> {
+        let ev = |c: &crate::sync::AtomicU64| c.load(Ordering::Relaxed);
+        self.populated()
+            .map(|z| {
+                let e = &z.events;
+                let pcp_alloc: u64 = z.pcp.iter().map(|s| stat(&s.stats.pgalloc)).sum();
+                let pcp_free: u64 = z.pcp.iter().map(|s| stat(&s.stats.pgfree)).sum();
+                ZoneEventCounts {
+                    id: z.id,
+                    pgalloc: ev(&e.pgalloc) + pcp_alloc,
+                    pgfree: ev(&e.pgfree) + pcp_free,
+                    fallbacks: ev(&e.extfrag),
+                    pageblocks_claimed: ev(&e.claims),
+                    highatomic_reserved: ev(&e.highatomic_reserve),
+                    highatomic_unreserved: ev(&e.highatomic_unreserve),
+                    watermark_failures: ev(&e.wmark_fail),
                 }
             })
             .collect()
