@@ -92,8 +92,8 @@ pub use page_frag::{FragError, FragFreePath, PageFragCache, PAGE_FRAG_CACHE_MAX_
 pub use pcp::{PcpConfig, PAGE_ALLOC_COSTLY_ORDER};
 pub use stats::{
     fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,
-    PagesetInfo, PcpCpuStats, PcpStatsZone, VmStat, ZoneEventCounts, ZoneFreeCounts, ZoneInfo, ZoneInfoZone,
-    PAGETYPEINFO_WALK_CAP,
+    PagesetInfo, PcpCpuStats, PcpStatsZone, VmStat, ZoneEventCounts, ZoneFreeCounts, ZoneInfo,
+    ZoneInfoZone, PAGETYPEINFO_WALK_CAP,
 };
 pub use types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_ORDER_LIMIT, MIGRATE_TYPES};
 pub use vmalloc::{

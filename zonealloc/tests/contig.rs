@@ -255,7 +255,11 @@ fn regression_restored_highatomic_blocks_merge_again() {
     let held: Vec<Pfn> = std::iter::from_fn(|| za.alloc_pages(Gfp::KERNEL, Order(0)).ok())
         .take(256)
         .collect();
-    let target = held.iter().copied().find(|&q| q.0 == p.0 + 2).unwrap_or(busy);
+    let target = held
+        .iter()
+        .copied()
+        .find(|&q| q.0 == p.0 + 2)
+        .unwrap_or(busy);
     let _ = za.alloc_contig_range(p, Pfn(target.0 + 1));
     za.check_invariants().unwrap();
     for q in held {
