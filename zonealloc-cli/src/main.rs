@@ -57,6 +57,14 @@ enum Cmd {
     /// Print buddyinfo, pagetypeinfo, zoneinfo, vmstat and fragmentation indices of a
     /// demo allocator after a mixed workload.
     Stats,
+    /// Replay a Linux page-allocator trace (perf script or trace_pipe, plain or .xz)
+    /// and report events, ns per event, per-CPU refills and drains next to the
+    /// kernel's, and the fragmentation at the end.
+    Replay(zonealloc_trace::cli::ReplayArgs),
+    /// Replay a trace, then draw the zone map (PNG and SVG) and its free-blocks chart.
+    Map(zonealloc_trace::cli::ReplayArgs),
+    /// Fragmentation benchmark: order-9 success with and without mobility grouping.
+    Fragbench(zonealloc_trace::cli::FragArgs),
 }
 
 #[derive(Args)]
@@ -83,6 +91,20 @@ fn main() -> ExitCode {
         Cmd::Stats => {
             stats();
             ExitCode::SUCCESS
+        }
+        Cmd::Replay(a) => done(zonealloc_trace::cli::replay_cmd(&a, false)),
+        Cmd::Map(a) => done(zonealloc_trace::cli::replay_cmd(&a, true)),
+        Cmd::Fragbench(a) => done(zonealloc_trace::cli::fragbench_cmd(&a)),
+    }
+}
+
+/// Exit status of a trace command, printing its error.
+fn done(r: zonealloc_trace::cli::Res) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("zonealloc: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -1,0 +1,246 @@
+//! Command-line front ends of the library, shared by the `zonealloc-trace` binary and
+//! the `zonealloc` command (`zonealloc replay`, `zonealloc map`,
+//! `zonealloc fragbench`): argument types (clap) and the commands they run.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+
+use crate::fragbench::{self, FragOptions, PictureOut};
+use crate::layout::{HoleModel, ZoneLayout};
+use crate::maps::{self, MapOptions};
+use crate::reader::ReadOptions;
+use crate::replay::{self, ReplayOptions};
+
+/// `println!` that ignores a closed stdout (`... | head` must not panic).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
+/// Where zoneinfo's missing pages go.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Holes {
+    /// Holes of spanned - managed pages (only what the buddy allocator holds).
+    Managed,
+    /// Holes of spanned - present pages.
+    Present,
+}
+
+/// Arguments of `replay` and `map`.
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// The trace: `perf script` or trace_pipe text, plain or xz-compressed.
+    trace: PathBuf,
+    /// The traced machine's /proc/zoneinfo (default: the built-in Linux 6.18 machine of
+    /// the shared traces, or --zone).
+    #[arg(long)]
+    zoneinfo: Option<PathBuf>,
+    /// A zone `[NODE/]TYPE:START_PFN:SPANNED[:PRESENT[:MANAGED]]`; repeat for more.
+    #[arg(long = "zone")]
+    zones: Vec<String>,
+    /// Where zoneinfo's missing pages go.
+    #[arg(long, value_enum, default_value = "managed")]
+    holes: Holes,
+    /// CPUs (default: the largest CPU id in the trace plus one).
+    #[arg(long)]
+    cpus: Option<usize>,
+    /// Replay with mobility grouping off.
+    #[arg(long)]
+    no_grouping: bool,
+    /// Stop at the first malformed line instead of skipping it.
+    #[arg(long)]
+    strict: bool,
+    /// Replay only the first N events.
+    #[arg(long)]
+    max_events: Option<u64>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Directory for the pictures (`replay` draws them only when given).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Arguments of `fragbench`.
+#[derive(Args)]
+pub struct FragArgs {
+    /// Also replay this trace as the second workload.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Seed of the synthetic workload.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Synthetic zone size in MiB.
+    #[arg(long, default_value_t = 1024)]
+    zone_mib: u64,
+    /// Long-lived unmovable + reclaimable memory, % of the zone.
+    #[arg(long, default_value_t = 10.0)]
+    pinned_percent: f64,
+    /// Memory in use during the churn, % of the zone.
+    #[arg(long, default_value_t = 90.0)]
+    occupancy_percent: f64,
+    /// Movable operations per page of the zone.
+    #[arg(long, default_value_t = 4.0)]
+    ops_per_page: f64,
+    /// CI scale: a 256 MiB zone, 2 ops per page.
+    #[arg(long)]
+    quick: bool,
+    /// Leave out the buddy_system_allocator peer.
+    #[arg(long)]
+    no_peer: bool,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Directory for the zone maps and charts.
+    #[arg(long, default_value = "trace-out")]
+    out: PathBuf,
+    /// Draw no pictures.
+    #[arg(long)]
+    no_pictures: bool,
+}
+
+/// What a command returns: success, or an error to print.
+pub type Res = Result<(), Box<dyn std::error::Error>>;
+
+fn layout_of(a: &ReplayArgs) -> Result<ZoneLayout, Box<dyn std::error::Error>> {
+    if let Some(p) = &a.zoneinfo {
+        if !a.zones.is_empty() {
+            return Err("give --zoneinfo or --zone, not both".into());
+        }
+        return Ok(ZoneLayout::from_zoneinfo(p)?);
+    }
+    if a.zones.is_empty() {
+        return Ok(ZoneLayout::linux_6_18_trace_machine());
+    }
+    let zones = a
+        .zones
+        .iter()
+        .map(|s| ZoneLayout::parse_zone_arg(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ZoneLayout { zones })
+}
+
+fn write_json<T: serde::Serialize>(path: &Path, v: &T) -> Res {
+    let s = serde_json::to_string_pretty(v)?;
+    std::fs::write(path, s + "\n")?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
+
+/// `replay` (pictures only with `--out`) and `map` (always pictures).
+pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
+    let opts = ReplayOptions {
+        layout: layout_of(a)?,
+        holes: match a.holes {
+            Holes::Managed => HoleModel::Managed,
+            Holes::Present => HoleModel::Present,
+        },
+        nr_cpus: a.cpus,
+        mobility_grouping: !a.no_grouping,
+        read: ReadOptions {
+            strict: a.strict,
+            ..ReadOptions::default()
+        },
+        max_events: a.max_events,
+        ..ReplayOptions::default()
+    };
+    let (report, state) = replay::run_with_state(&a.trace, &opts)?;
+    if !map {
+        out!("{report}");
+    }
+    if let Some(j) = &a.json {
+        write_json(j, &report)?;
+    }
+    let dir = match (&a.out, map) {
+        (Some(d), _) => d.clone(),
+        (None, true) => PathBuf::from("trace-out"),
+        (None, false) => return Ok(()),
+    };
+    std::fs::create_dir_all(&dir)?;
+    let owners: Vec<_> = state.live_blocks().collect();
+    let stem = a
+        .trace
+        .file_name()
+        .and_then(|s| s.to_str())
+        .map_or("trace", |s| {
+            let s = s.strip_suffix(".xz").unwrap_or(s);
+            let s = s.strip_suffix(".txt").unwrap_or(s);
+            s.strip_suffix(".perf").unwrap_or(s)
+        });
+    let grouping = if a.no_grouping {
+        "no grouping"
+    } else {
+        "mobility grouping"
+    };
+    let za = state.allocator();
+    let mut zone_index = 0;
+    for ext in ["png", "svg"] {
+        let path = dir.join(format!("{stem}-map.{ext}"));
+        let m = maps::render_zone_map(
+            za,
+            &path,
+            &MapOptions {
+                title: format!("{stem} replayed into zonealloc ({grouping}), end of trace"),
+                owners: &owners,
+                ..MapOptions::default()
+            },
+        )?;
+        zone_index = za
+            .buddyinfo()
+            .zones
+            .iter()
+            .position(|z| z.0 == m.zone)
+            .unwrap_or(0);
+        out!("zone map: {}", path.display());
+    }
+    let zone_name = za
+        .buddyinfo()
+        .zones
+        .get(zone_index)
+        .map_or("?".to_string(), |z| z.0.zone_type.to_string());
+    let chart = dir.join(format!("{stem}-buddyinfo.png"));
+    maps::render_buddyinfo_chart(
+        state.samples(),
+        zone_index,
+        &chart,
+        &format!(
+            "Free blocks per order during the replay of {stem} (zone {zone_name}, {grouping})"
+        ),
+        "trace events replayed",
+    )?;
+    out!("buddyinfo chart: {}", chart.display());
+    Ok(())
+}
+
+/// `fragbench`: order-9 success with and without mobility grouping.
+pub fn fragbench_cmd(a: &FragArgs) -> Res {
+    let mut o = FragOptions {
+        seed: a.seed,
+        zone_bytes: a.zone_mib << 20,
+        pinned_percent: a.pinned_percent,
+        occupancy_percent: a.occupancy_percent,
+        ops_per_page: a.ops_per_page,
+        trace: a.trace.clone(),
+        peer: !a.no_peer,
+        ..FragOptions::default()
+    };
+    if a.quick {
+        o.zone_bytes = 256 << 20;
+        o.ops_per_page = 2.0;
+    }
+    let out = if a.no_pictures {
+        None
+    } else {
+        std::fs::create_dir_all(&a.out)?;
+        Some(PictureOut { dir: a.out.clone() })
+    };
+    let report = fragbench::run(&o, out.as_ref())?;
+    out!("{report}");
+    if let Some(j) = &a.json {
+        write_json(j, &report)?;
+    }
+    Ok(())
+}
