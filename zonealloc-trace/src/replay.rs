@@ -587,7 +587,13 @@ impl Replayer {
                 kernel_extfrag: self.kernel.extfrag,
                 kernel_extfrag_fragmenting: self.kernel.extfrag_fragmenting,
                 kernel_extfrag_change_ownership: self.kernel.extfrag_change_ownership,
-                zonealloc_extfrag: None,
+                zonealloc_extfrag: Some(self.za.zone_events().iter().map(|e| e.fallbacks).sum()),
+                zonealloc_claimed: self
+                    .za
+                    .zone_events()
+                    .iter()
+                    .map(|e| e.pageblocks_claimed)
+                    .sum(),
                 pageblock_types: pageblocks,
             },
             end,
@@ -687,10 +693,11 @@ pub struct FallbackComparison {
     pub kernel_extfrag_fragmenting: u64,
     /// Of those, with `change_ownership=1` (the pageblock was claimed).
     pub kernel_extfrag_change_ownership: u64,
-    /// zonealloc's fallback count: `None` while the library does not expose it (it
-    /// counts fallbacks internally, `ZoneEvents::extfrag`, but neither `vmstat()` nor
-    /// any other public call reports them).
+    /// zonealloc's fallbacks (`zone_events()`: allocations served from another
+    /// migratetype's lists, each an `mm_page_alloc_extfrag` in Linux).
     pub zonealloc_extfrag: Option<u64>,
+    /// Of those, the ones that claimed the whole pageblock.
+    pub zonealloc_claimed: u64,
     /// What is public: pageblocks per migratetype before and after. Every
     /// pageblock starts Movable, so Unmovable/Reclaimable blocks at the end are
     /// pageblocks that fallbacks claimed.
@@ -878,7 +885,7 @@ impl fmt::Display for ReplayReport {
             fb.kernel_extfrag_fragmenting,
             fb.kernel_extfrag_change_ownership,
             match fb.zonealloc_extfrag {
-                Some(n) => n.to_string(),
+                Some(n) => format!("{n} ({} claimed the pageblock); pageblock types:", fb.zonealloc_claimed),
                 None => "not exposed by the library; pageblock types instead:".into(),
             }
         )?;

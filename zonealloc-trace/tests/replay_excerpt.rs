@@ -269,7 +269,7 @@ fn report_prints_and_serializes() {
         "refill blocks",
         "buddyinfo:",
         "unusable_index:",
-        "not exposed",
+        "claimed the pageblock); pageblock types:",
     ] {
         assert!(text.contains(needle), "report lacks {needle}:\n{text}");
     }
@@ -277,4 +277,16 @@ fn report_prints_and_serializes() {
     assert_eq!(json["counts"]["allocs"], 804);
     assert_eq!(json["events"]["mm_page_free_batched"], 587);
     assert_eq!(json["layout"]["zones"][0]["zone_type"], "Normal");
+    // Every pageblock starts Movable, so each Unmovable or Reclaimable block at the
+    // end was claimed by a fallback, and every claim is counted as one.
+    let claimed_blocks: u64 = r
+        .fallback
+        .pageblock_types
+        .iter()
+        .flat_map(|z| z.at_end.iter())
+        .filter(|(name, _)| *name == "Unmovable" || *name == "Reclaimable")
+        .map(|(_, n)| *n)
+        .sum();
+    assert!(r.fallback.zonealloc_extfrag.unwrap() >= r.fallback.zonealloc_claimed);
+    assert!(r.fallback.zonealloc_claimed >= claimed_blocks.min(1));
 }
