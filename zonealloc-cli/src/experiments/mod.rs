@@ -19,10 +19,23 @@ use serde::Serialize;
 
 use crate::harness::{Ctx, Table};
 
+pub mod contig;
+pub mod page_fault1;
+pub mod page_frag;
+pub mod pagetypeinfo;
 pub mod pcp;
+pub mod seed_util;
+pub mod vmalloc;
 
 /// Every experiment, in the order `zonealloc bench` runs them.
-pub static REGISTRY: &[&dyn Experiment] = &[&pcp::Pcp];
+pub static REGISTRY: &[&dyn Experiment] = &[
+    &pcp::Pcp,
+    &contig::Contig,
+    &vmalloc::Vmalloc,
+    &page_fault1::PageFault1,
+    &page_frag::PageFrag,
+    &pagetypeinfo::Pagetypeinfo,
+];
 
 /// Finds a registered experiment by name.
 pub fn find(name: &str) -> Option<&'static dyn Experiment> {
