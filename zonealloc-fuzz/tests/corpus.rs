@@ -61,6 +61,28 @@ fn corpus_and_seeded_inputs_pass_both_targets() {
         println!("    {k:<28} {n}");
     }
     assert!(ops.ops > 10_000);
+    let mut f: Vec<(String, u64)> = vec![
+        ("operations".into(), ops.ops + bad.ops),
+        ("fuzz_twin_executions".into(), ops.execs + bad.execs),
+        ("fuzz_corpus_files".into(), files.len() as u64),
+        (
+            "invariant_checks".into(),
+            ops.invariant_checks + bad.invariant_checks,
+        ),
+        (
+            "invariant_assertions".into(),
+            ops.assertions + bad.assertions,
+        ),
+        ("violations".into(), 0),
+        ("frames_lost".into(), 0),
+    ];
+    for (k, n) in &bad.bad_inputs {
+        f.push((format!("bad_inputs:{k}"), *n));
+    }
+    for (k, n) in &ops.faults {
+        f.push((format!("faults:{k}"), *n));
+    }
+    zonealloc::figures::record("fuzz-twin", env!("CARGO_MANIFEST_DIR"), &f);
     assert!(
         bad.bad_inputs.len() >= 8,
         "every kind of bad input must be reached: {:?}",

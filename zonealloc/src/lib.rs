@@ -60,6 +60,9 @@ mod config;
 mod contig;
 mod debug;
 mod error;
+#[cfg(feature = "std")]
+#[doc(hidden)]
+pub mod figures;
 mod frame;
 mod gfp;
 mod isolate;

@@ -142,6 +142,10 @@ fn injected_faults_lose_nothing() {
     assert!(za.faults_injected(FaultSite::Alloc) > 0);
     assert!(za.faults_injected(FaultSite::PcpRefill) > 0);
     assert!(za.faults_injected(FaultSite::FragRefill) > 0);
+    let injected: Vec<(String, u64)> = FaultSite::ALL
+        .iter()
+        .map(|&s| (format!("faults:{s:?}"), za.faults_injected(s)))
+        .collect();
     for site in FaultSite::ALL {
         za.inject_faults(site, 0);
     }
@@ -151,4 +155,8 @@ fn injected_faults_lose_nothing() {
     za.drain_all_pages();
     za.check_invariants().unwrap();
     assert_eq!(za.nr_free_pages(), za.managed_pages());
+    let mut f = injected;
+    f.push(("frames_lost".into(), 0));
+    f.push(("violations".into(), 0));
+    zonealloc::figures::record("faults", env!("CARGO_MANIFEST_DIR"), &f);
 }

@@ -400,7 +400,6 @@ fn double_free_race() {
 /// orders 1..=2 and finds no free head: `TailPage`; T0 then merges and publishes
 /// `Buddy{2}`.
 #[test]
-#[ignore = "bug: a double free racing with the first free's merge is reported as TailPage, not AlreadyFree (classify reads mid-merge state without the zone lock)"]
 fn double_free_race_reports_already_free() {
     model("double_free_race_reports_already_free", || {
         let (b, r) = race_two_frees();

@@ -1987,6 +1987,22 @@ fn model_suite_all_configs() {
             .sum();
         assert!(n >= min, "no refused call of kind {kind} was tried");
     }
+    record_figures("model", &total);
+}
+
+/// Hands a passing run's totals to `zonealloc selftest`'s table.
+fn record_figures(suite: &str, t: &Tally) {
+    let mut f: Vec<(String, u64)> = vec![
+        ("operations".into(), t.ops + t.teardown_ops),
+        ("invariant_checks".into(), t.invariant_checks),
+        ("invariant_assertions".into(), t.invariant_assertions),
+        ("violations".into(), t.divergences),
+        ("faults:pcp refill".into(), t.pcp_refill_faults),
+    ];
+    for ((api, kind), n) in &t.bad {
+        f.push((format!("bad_inputs:{kind} ({api})"), *n));
+    }
+    zonealloc::figures::record(suite, env!("CARGO_MANIFEST_DIR"), &f);
 }
 
 /// `__GFP_MEMALLOC` requests ignore watermarks, so a failure must mean that no
@@ -2016,6 +2032,7 @@ fn no_spurious_oom() {
             r.name
         );
     }
+    record_figures("model-oom", &total);
 }
 
 /// Every configuration builds, and its layout (zones, holes, free blocks) is what

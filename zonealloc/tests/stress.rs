@@ -1454,7 +1454,6 @@ fn racing_double_frees_free_once() {
 /// reads the head inside that window sees a `Tail` frame in no free block and
 /// returns `TailPage(pfn)`: a double free reported as a tail-page free.
 #[test]
-#[ignore = "bug: a double free racing with the first free's merge is reported as TailPage, not AlreadyFree (classify reads mid-merge state without the zone lock)"]
 fn racing_double_free_reports_already_free() {
     let _machine = machine();
     // Per-CPU lists on (`high` 1: every free flushes and merges under the zone lock):
