@@ -18,6 +18,7 @@ mod affinity;
 mod experiments;
 mod harness;
 mod report;
+mod selftest;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -65,6 +66,13 @@ enum Cmd {
     Map(zonealloc_trace::cli::ReplayArgs),
     /// Fragmentation benchmark: order-9 success with and without mobility grouping.
     Fragbench(zonealloc_trace::cli::FragArgs),
+    /// The reliability figures recorded by the test suites, in one table (run the
+    /// tests first: `bash .ci/test`, plus the loom and fuzz steps of `.ci/run`).
+    Selftest {
+        /// Where the suites wrote their figures.
+        #[arg(long, default_value = "target/reliability")]
+        figures: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -95,6 +103,13 @@ fn main() -> ExitCode {
         Cmd::Replay(a) => done(zonealloc_trace::cli::replay_cmd(&a, false)),
         Cmd::Map(a) => done(zonealloc_trace::cli::replay_cmd(&a, true)),
         Cmd::Fragbench(a) => done(zonealloc_trace::cli::fragbench_cmd(&a)),
+        Cmd::Selftest { figures } => {
+            if selftest::run(&figures) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
     }
 }
 

@@ -199,8 +199,8 @@ pub fn run(data: &[u8], with_bad: bool) -> Figures {
     };
     let (za, hole) = build(&config);
     let sites = [
-        (FaultSite::Alloc, "alloc"),
-        (FaultSite::PcpRefill, "pcp refill"),
+        (FaultSite::Alloc, "Alloc"),
+        (FaultSite::PcpRefill, "PcpRefill"),
     ];
     if config.fault_every > 1 {
         for (site, _) in sites {

@@ -138,6 +138,20 @@ fn injected_faults_lose_nothing() {
             za.page_frag_free(f.as_ptr()).unwrap();
         }
     }
+    {
+        let space = VmallocSpace::new(&za, VmallocConfig::default()).unwrap();
+        let mut areas = Vec::new();
+        for i in 0..300usize {
+            match space.vmalloc((1 + i % 40) * 4096) {
+                Ok(a) => areas.push(a.addr()),
+                Err(_) => failures += 1,
+            }
+        }
+        for a in areas {
+            space.vfree(a).unwrap();
+        }
+    }
+    assert!(za.faults_injected(FaultSite::VmallocBacking) > 0);
     assert!(failures > 0);
     assert!(za.faults_injected(FaultSite::Alloc) > 0);
     assert!(za.faults_injected(FaultSite::PcpRefill) > 0);

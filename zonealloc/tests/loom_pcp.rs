@@ -159,6 +159,18 @@ where
         r.fetch_add(1, Ordering::Relaxed);
         f();
     });
+    zonealloc::figures::record(
+        &format!("loom-{name}"),
+        env!("CARGO_MANIFEST_DIR"),
+        &[
+            (
+                format!("loom_executions:{name}"),
+                runs.load(Ordering::Relaxed) as u64,
+            ),
+            ("violations".into(), 0),
+            ("frames_lost".into(), 0),
+        ],
+    );
     println!(
         "loom[{name}]: {} executions explored (preemption bound {:?}), {:.1} s, violations 0, \
          leaked frames 0",

@@ -1089,6 +1089,21 @@ fn run_stress(setup: Setup) {
         reserved_highatomic,
         shape_same,
     );
+    zonealloc::figures::record(
+        &format!("stress-{}", setup.name),
+        env!("CARGO_MANIFEST_DIR"),
+        &[
+            ("operations".into(), c.ops),
+            ("threads".into(), p.threads as u64),
+            ("cross_thread_frees".into(), c.cross_thread_drops),
+            ("allocation_failures".into(), c.alloc_failures),
+            ("checkpoints".into(), fig.checkpoints),
+            ("invariant_checks".into(), fig.invariant_runs),
+            ("invariant_assertions".into(), fig.invariant_checks),
+            ("violations".into(), violations),
+            ("frames_lost".into(), lost),
+        ],
+    );
     println!(
         "{{\"suite\":\"stress\",\"config\":\"{}\",\"threads\":{},\"iters\":{},\"scale\":{},\"seed\":{},\
          \"ops\":{},\"allocs\":{},\"alloc_failures\":{},\"cross_thread_frees\":{},\"checkpoints\":{},\
