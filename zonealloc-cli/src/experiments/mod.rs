@@ -24,6 +24,9 @@ pub mod page_fault1;
 pub mod page_frag;
 pub mod pagetypeinfo;
 pub mod pcp;
+pub mod peer_allocators;
+pub mod peers;
+pub mod replay;
 pub mod seed_util;
 pub mod vmalloc;
 
@@ -35,6 +38,8 @@ pub static REGISTRY: &[&dyn Experiment] = &[
     &page_fault1::PageFault1,
     &page_frag::PageFrag,
     &pagetypeinfo::Pagetypeinfo,
+    &peers::Peers,
+    &replay::Replay,
 ];
 
 /// Finds a registered experiment by name.

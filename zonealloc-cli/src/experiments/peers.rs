@@ -1,0 +1,951 @@
+//! `peers`: zonealloc against the other page and block allocators, same workloads,
+//! same arena size, one process, variants interleaved.
+//!
+//! The peers and how each is called are in `peer_allocators` (reference/peers.md §8):
+//! buddy_system_allocator's `FrameAllocator` and `Heap`, frame-alloc's
+//! `DepotAllocator` and bare `SummaryBuddyAllocator`, offset-allocator, rlsf,
+//! mimalloc (`mi_malloc_aligned`), jemalloc (tikv-jemallocator, page-aligned
+//! `Layout`s) and raw `mmap`/`munmap`. Every table's first row is the *limit*: the same
+//! workload popping and pushing frame numbers on bare `Vec`s, so each figure is also
+//! a ratio to that floor. Every arena is 256 MiB (65,536 pages), mapped with
+//! `MAP_POPULATE` so page faults stay out of the timings; zonealloc runs over its own
+//! `Arena` (populated) with its default `Config`.
+//!
+//! Workloads (each peer runs the identical sequence, a fixed seed):
+//!
+//! 1. **Hot pair**: allocate an order-0 block and free it at once; ns per pair.
+//! 2. **Fill/drain**: allocate order-0 blocks until the arena is full (or the peer
+//!    fails), then free them all in a shuffled order (the shuffle is untimed); ns per
+//!    call (allocations + frees).
+//! 3. **Mixed**: orders 0..=9 drawn geometrically (order `o` with probability
+//!    `2^-(o+1)`), a live set of at most 2,048 blocks, allocate or free a random live
+//!    block with equal odds; ns per call.
+//! 4. **Threads**: 1, 2 and 4 threads, each keeping a window of up to 64 live order-0
+//!    blocks (the `pcp` experiment's walk: free the newest 7 times in 8); total calls
+//!    per second. Single-threaded peers are wrapped as their documentation tells a
+//!    user to: bsa in its own `Locked*` spin locks, offset-allocator and rlsf in a
+//!    `std::sync::Mutex`.
+//! 5. **Capacity**: a fresh instance filled at order 0, then another at order 9,
+//!    until the first failure: the share of the arena handed out as blocks.
+//! 6. **Misaligned**: in one untimed pass of the mixed workload, blocks whose address
+//!    is not a multiple of their size.
+//!
+//! Targets (peers.md §7): ≤ 20 ns hot pair, ≤ 30 ns mixed, ≤ 50 ns fill/drain,
+//! zonealloc first at 2 and 4 threads, 100 % of the arena at orders 0 and 9.
+
+// Unsafe only to call `Peer::free` with blocks this module allocated, each once.
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use zonealloc::{Arena, ArenaOptions, Config, ZoneAllocator};
+
+use super::peer_allocators::{
+    bsa_frame_allocator, bsa_locked_frame_allocator, misaligned, BsaFrameAllocator, BsaHeapPeer,
+    BsaLockedHeapPeer, FaDepot, FaSummary, FrameAllocPeer, JeMalloc, MiArenaPeer, MiMalloc, Mmap,
+    OffsetPeer, Peer, PerThreadFloor, RlsfPeer, SharedPeer, VecFloor, Za, PAGE,
+};
+use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
+use crate::harness::{secs_since, Ctx, Metric, Row, Samples, Table, Variant};
+
+/// The experiment.
+pub struct Peers;
+
+/// Every arena: 256 MiB.
+const ARENA_BYTES: usize = 256 << 20;
+const ARENA_FRAMES: u64 = (ARENA_BYTES / PAGE) as u64;
+/// Live blocks at most in the mixed workload.
+const MIXED_LIVE: usize = 2048;
+/// Highest order of the mixed workload.
+const MIXED_MAX_ORDER: u8 = 9;
+/// Live blocks per thread in the thread runs.
+const WINDOW: usize = 64;
+const THREADS: [usize; 3] = [1, 2, 4];
+/// mmap/munmap cost ~1.5 µs a call: it does this fraction of the calls of the hot
+/// and mixed runs (per-call figures are unaffected; the run stays short).
+const MMAP_DIV: u64 = 20;
+/// bsa `Heap`'s free walks its free list (O(free blocks), bsa#11): its fill/drain
+/// covers this fraction of the arena, said in the output.
+const BSA_HEAP_FILL_DIV: u64 = 16;
+const SEED: u64 = 0x5eed_0f9e;
+
+const HOT_TARGET_NS: f64 = 20.0;
+const MIXED_TARGET_NS: f64 = 30.0;
+const FILL_TARGET_NS: f64 = 50.0;
+
+/// The rows of every table, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Id {
+    Limit,
+    Zonealloc,
+    BsaFrame,
+    BsaHeap,
+    FaDepot,
+    FaSummary,
+    Offset,
+    Rlsf,
+    MiMalloc,
+    JeMalloc,
+    Mmap,
+}
+
+impl Id {
+    const ALL: [Id; 11] = [
+        Id::Limit,
+        Id::Zonealloc,
+        Id::BsaFrame,
+        Id::BsaHeap,
+        Id::FaDepot,
+        Id::FaSummary,
+        Id::Offset,
+        Id::Rlsf,
+        Id::MiMalloc,
+        Id::JeMalloc,
+        Id::Mmap,
+    ];
+
+    /// Short name (table rows, chart bars).
+    fn name(self) -> &'static str {
+        match self {
+            Id::Limit => "limit (Vec)",
+            Id::Zonealloc => "zonealloc",
+            Id::BsaFrame => "bsa Frame",
+            Id::BsaHeap => "bsa Heap",
+            Id::FaDepot => "fa Depot",
+            Id::FaSummary => "fa Summary",
+            Id::Offset => "offset-alloc",
+            Id::Rlsf => "rlsf",
+            Id::MiMalloc => "mimalloc",
+            Id::JeMalloc => "jemalloc",
+            Id::Mmap => "mmap",
+        }
+    }
+
+    /// Name in the thread runs, with the lock a user adds.
+    fn threaded_name(self) -> &'static str {
+        match self {
+            Id::Limit => "limit (Vec/thread)",
+            Id::BsaFrame => "bsa Frame (spin)",
+            Id::BsaHeap => "bsa Heap (spin)",
+            Id::Offset => "offset-alloc (Mutex)",
+            Id::Rlsf => "rlsf (Mutex)",
+            _ => self.name(),
+        }
+    }
+
+    /// What the row is, in full.
+    fn what(self) -> &'static str {
+        match self {
+            Id::Limit => "pop/push frame numbers on one bare Vec per order (no allocator)",
+            Id::Zonealloc => "ZoneAllocator::with_arena, default Config, alloc_pages(Gfp::KERNEL)",
+            Id::BsaFrame => {
+                "buddy_system_allocator 0.13 FrameAllocator<11> (abstract frames; threads: LockedFrameAllocator)"
+            }
+            Id::BsaHeap => {
+                "buddy_system_allocator 0.13 Heap<23> over the arena, page-aligned Layouts (threads: LockedHeap)"
+            }
+            Id::FaDepot => {
+                "frame-alloc 0.1 DepotAllocator<SummaryBuddyAllocator<11>, sched_getcpu, 8 slots>"
+            }
+            Id::FaSummary => "frame-alloc 0.1 SummaryBuddyAllocator<11> (lock-free bitmap buddy)",
+            Id::Offset => {
+                "offset-allocator 0.2, units = frames, allocate(2^order) (threads: std Mutex)"
+            }
+            Id::Rlsf => "rlsf 0.2.3 Tlsf<u32, u16, 28, 16> over the arena (threads: std Mutex)",
+            Id::MiMalloc => {
+                "libmimalloc-sys 0.1.49 (mimalloc 3.x) mi_malloc_aligned/mi_free, process heap"
+            }
+            Id::JeMalloc => {
+                "tikv-jemallocator 0.7 (jemalloc 5.3) GlobalAlloc, Layout(size, align = size)"
+            }
+            Id::Mmap => "libc mmap/munmap, one anonymous mapping per block",
+        }
+    }
+}
+
+impl Experiment for Peers {
+    fn name(&self) -> &'static str {
+        "peers"
+    }
+
+    fn description(&self) -> &'static str {
+        "zonealloc vs buddy_system_allocator, frame-alloc, offset-allocator, rlsf, mimalloc, \
+         jemalloc and mmap: hot pair, fill/drain, mixed orders, 1/2/4 threads, capacity, \
+         alignment; each a ratio to a bare-Vec limit"
+    }
+
+    fn run(&self, ctx: &mut Ctx) -> ExperimentResult {
+        let mut res = ExperimentResult::new(self);
+        res.param("arena (every peer)", format!("{} MiB", ARENA_BYTES >> 20));
+        for id in Id::ALL {
+            res.param(&format!("peer {}", id.name()), id.what());
+        }
+        single_threaded(ctx, &mut res);
+        threads(ctx, &mut res);
+        capacity(ctx, &mut res);
+        res
+    }
+}
+
+// -----------------------------------------------------------------------------
+// Workloads
+// -----------------------------------------------------------------------------
+
+/// xorshift64*: a small deterministic generator.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    #[inline]
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// A workload one peer runs once per round; returns the round's sample.
+trait Workload {
+    fn run<P: Peer>(&self, id: Id, p: &mut P) -> f64;
+}
+
+/// ns per order-0 allocation + free pair, `n` pairs back to back.
+struct HotPair {
+    n: u64,
+}
+
+impl Workload for HotPair {
+    fn run<P: Peer>(&self, id: Id, p: &mut P) -> f64 {
+        let n = if id == Id::Mmap {
+            self.n / MMAP_DIV
+        } else {
+            self.n
+        };
+        let t = Instant::now();
+        for _ in 0..n {
+            let h = p.alloc(0).expect("hot pair: the arena is all free");
+            // SAFETY: just allocated at order 0.
+            unsafe { p.free(black_box(h), 0) };
+        }
+        secs_since(t) * 1e9 / n as f64
+    }
+}
+
+/// Fill the arena at order 0, free everything in a shuffled order: ns per call.
+/// Records how many blocks each peer got.
+struct FillDrain {
+    filled: RefCell<Vec<(Id, u64, u64)>>,
+}
+
+impl FillDrain {
+    fn target_blocks(id: Id) -> u64 {
+        if id == Id::BsaHeap {
+            ARENA_FRAMES / BSA_HEAP_FILL_DIV
+        } else {
+            ARENA_FRAMES
+        }
+    }
+}
+
+impl Workload for FillDrain {
+    fn run<P: Peer>(&self, id: Id, p: &mut P) -> f64 {
+        let want = Self::target_blocks(id);
+        let mut live: Vec<P::Handle> = Vec::with_capacity(want as usize);
+        let t = Instant::now();
+        while (live.len() as u64) < want {
+            match p.alloc(0) {
+                Some(h) => live.push(h),
+                None => break,
+            }
+        }
+        let fill = secs_since(t);
+        let got = live.len() as u64;
+        let mut rng = Rng::new(SEED);
+        for i in (1..live.len()).rev() {
+            live.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+        }
+        let t = Instant::now();
+        for &h in &live {
+            // SAFETY: each handle was allocated at order 0 above and is freed once.
+            unsafe { p.free(h, 0) };
+        }
+        let drain = secs_since(t);
+        self.filled.borrow_mut().push((id, got, want));
+        (fill + drain) * 1e9 / (2 * got).max(1) as f64
+    }
+}
+
+/// The mixed-order walk: ns per call. Records failed allocations per peer.
+struct Mixed {
+    ops: u64,
+    failures: RefCell<Vec<(Id, u64)>>,
+}
+
+/// Order with probability 2^-(o+1), the rest at `MIXED_MAX_ORDER`.
+#[inline]
+fn geometric_order(r: u64) -> u8 {
+    (r | (1 << MIXED_MAX_ORDER)).trailing_zeros() as u8
+}
+
+/// `ops` steps of the mixed walk on `p`; `check` is called with every allocation.
+/// Returns (seconds, failed allocations). Frees what is left afterwards, untimed.
+fn mixed_walk<P: Peer>(
+    p: &mut P,
+    ops: u64,
+    mut check: impl FnMut(&P, P::Handle, u8),
+) -> (f64, u64) {
+    let mut rng = Rng::new(SEED ^ 0x3);
+    let mut live: Vec<(P::Handle, u8)> = Vec::with_capacity(MIXED_LIVE);
+    let mut failures = 0;
+    let t = Instant::now();
+    for _ in 0..ops {
+        let r = rng.next();
+        if live.is_empty() || (live.len() < MIXED_LIVE && r & 1 == 0) {
+            let o = geometric_order(r >> 1);
+            match p.alloc(o) {
+                Some(h) => {
+                    check(p, h, o);
+                    live.push((h, o));
+                }
+                None => failures += 1,
+            }
+        } else {
+            let (h, o) = live.swap_remove(((r >> 16) % live.len() as u64) as usize);
+            // SAFETY: a live block, allocated at order `o`, freed once.
+            unsafe { p.free(h, o) };
+        }
+    }
+    let secs = secs_since(t);
+    for (h, o) in live {
+        // SAFETY: as above.
+        unsafe { p.free(h, o) };
+    }
+    (secs, failures)
+}
+
+impl Mixed {
+    fn ops_for(&self, id: Id) -> u64 {
+        if id == Id::Mmap {
+            self.ops / MMAP_DIV
+        } else {
+            self.ops
+        }
+    }
+}
+
+impl Workload for Mixed {
+    fn run<P: Peer>(&self, id: Id, p: &mut P) -> f64 {
+        let ops = self.ops_for(id);
+        let (secs, failures) = mixed_walk(p, ops, |_, _, _| {});
+        self.failures.borrow_mut().push((id, failures));
+        secs * 1e9 / ops as f64
+    }
+}
+
+/// One untimed mixed pass counting misaligned blocks: (allocations, misaligned).
+struct MisalignedCheck {
+    ops: u64,
+    counts: RefCell<Vec<(Id, u64, u64)>>,
+}
+
+impl Workload for MisalignedCheck {
+    fn run<P: Peer>(&self, id: Id, p: &mut P) -> f64 {
+        let ops = if id == Id::Mmap {
+            self.ops / MMAP_DIV
+        } else {
+            self.ops
+        };
+        let (mut allocs, mut bad) = (0u64, 0u64);
+        mixed_walk(p, ops, |p, h, o| {
+            allocs += 1;
+            bad += u64::from(misaligned(p.addr(h), o));
+        });
+        self.counts.borrow_mut().push((id, allocs, bad));
+        bad as f64
+    }
+}
+
+// -----------------------------------------------------------------------------
+// 1–3 and 6: single thread
+// -----------------------------------------------------------------------------
+
+/// One instance of every peer, as a single thread uses it.
+struct Singles {
+    floor: VecFloor,
+    za: ZoneAllocator<Arena>,
+    bsa_frame: BsaFrameAllocator,
+    bsa_heap: BsaHeapPeer,
+    fa_depot: FrameAllocPeer<FaDepot>,
+    fa_summary: FrameAllocPeer<FaSummary>,
+    offset: OffsetPeer,
+    rlsf: RlsfPeer,
+}
+
+fn zonealloc_arena(config: Config) -> ZoneAllocator<Arena> {
+    ZoneAllocator::with_arena(
+        config,
+        ArenaOptions {
+            populate: true,
+            ..ArenaOptions::default()
+        },
+    )
+    .expect("a 256 MiB arena maps")
+}
+
+impl Singles {
+    fn new() -> Singles {
+        Singles {
+            floor: VecFloor::new(ARENA_FRAMES),
+            za: zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64)),
+            bsa_frame: bsa_frame_allocator(ARENA_FRAMES),
+            bsa_heap: BsaHeapPeer::new(ARENA_BYTES),
+            fa_depot: FrameAllocPeer::depot(ARENA_BYTES, true),
+            fa_summary: FrameAllocPeer::summary(ARENA_BYTES, true),
+            offset: OffsetPeer::new(ARENA_FRAMES),
+            rlsf: RlsfPeer::new(ARENA_BYTES, true),
+        }
+    }
+
+    /// One runner per peer, each running `w` on its peer once per call.
+    fn runners<'a, W: Workload>(&'a mut self, w: &'a W) -> Vec<(Id, Runner<'a>)> {
+        let Singles {
+            floor,
+            za,
+            bsa_frame,
+            bsa_heap,
+            fa_depot,
+            fa_summary,
+            offset,
+            rlsf,
+        } = self;
+        vec![
+            (Id::Limit, Box::new(move || w.run(Id::Limit, floor))),
+            (
+                Id::Zonealloc,
+                Box::new(move || w.run(Id::Zonealloc, &mut Za(&*za))),
+            ),
+            (
+                Id::BsaFrame,
+                Box::new(move || w.run(Id::BsaFrame, bsa_frame)),
+            ),
+            (Id::BsaHeap, Box::new(move || w.run(Id::BsaHeap, bsa_heap))),
+            (
+                Id::FaDepot,
+                Box::new(move || w.run(Id::FaDepot, &mut fa_depot.view())),
+            ),
+            (
+                Id::FaSummary,
+                Box::new(move || w.run(Id::FaSummary, &mut fa_summary.view())),
+            ),
+            (Id::Offset, Box::new(move || w.run(Id::Offset, offset))),
+            (Id::Rlsf, Box::new(move || w.run(Id::Rlsf, rlsf))),
+            (
+                Id::MiMalloc,
+                Box::new(move || w.run(Id::MiMalloc, &mut MiMalloc)),
+            ),
+            (
+                Id::JeMalloc,
+                Box::new(move || w.run(Id::JeMalloc, &mut JeMalloc)),
+            ),
+            (Id::Mmap, Box::new(move || w.run(Id::Mmap, &mut Mmap))),
+        ]
+    }
+
+    /// The runners as harness variants.
+    fn variants<'a, W: Workload>(&'a mut self, w: &'a W) -> Vec<Variant<'a>> {
+        self.runners(w)
+            .into_iter()
+            .map(|(id, r)| Variant::new(id.name(), r))
+            .collect()
+    }
+}
+
+/// One timed run of one peer.
+type Runner<'a> = Box<dyn FnMut() -> f64 + 'a>;
+
+/// A table of every peer's samples, the limit first.
+fn peer_table(id: &str, title: &str, metric: Metric, s: &[Samples]) -> Table {
+    let rows: Vec<(&str, &Samples)> = s.iter().map(|x| (x.variant.as_str(), x)).collect();
+    Table::new(id, title, metric, &rows)
+}
+
+fn zonealloc_median(s: &[Samples]) -> f64 {
+    s.iter()
+        .find(|x| x.variant == Id::Zonealloc.name())
+        .map_or(f64::NAN, Samples::median)
+}
+
+fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
+    let hot_n: u64 = ctx.scale(400_000, 2_000_000);
+    let mixed_ops: u64 = ctx.scale(300_000, 1_000_000);
+    res.param("hot pair: pairs per run (mmap: 1/20)", hot_n);
+    res.param(
+        "fill/drain: order-0 blocks per run (bsa Heap: 1/16)",
+        ARENA_FRAMES,
+    );
+    res.param(
+        "mixed: calls per run (mmap: 1/20), orders 0..=9 geometric, live blocks at most",
+        format!("{mixed_ops}, {MIXED_LIVE}"),
+    );
+    ctx.status("mapping and populating the arenas");
+    let mut singles = Singles::new();
+
+    let hot = HotPair { n: hot_n };
+    let s = ctx.compare("hot order-0 pair", &mut singles.variants(&hot));
+    res.targets.push(Target::at_most(
+        "zonealloc: hot order-0 alloc+free pair (median)",
+        zonealloc_median(&s),
+        HOT_TARGET_NS,
+        "ns",
+    ));
+    res.tables.push(peer_table(
+        "hot-pair",
+        "hot pair: ns per order-0 alloc+free pair, 1 thread, 256 MiB arena",
+        Metric::lower("ns per order-0 alloc+free pair", "ns"),
+        &s,
+    ));
+
+    let fill = FillDrain {
+        filled: RefCell::new(Vec::new()),
+    };
+    let s = ctx.compare("fill/drain", &mut singles.variants(&fill));
+    res.targets.push(Target::at_most(
+        "zonealloc: fill the arena at order 0, free shuffled, per call (median)",
+        zonealloc_median(&s),
+        FILL_TARGET_NS,
+        "ns",
+    ));
+    res.tables.push(peer_table(
+        "fill-drain",
+        "fill/drain: ns per call, fill 256 MiB at order 0 then free in shuffled order",
+        Metric::lower("ns per alloc or free call", "ns"),
+        &s,
+    ));
+    let mut seen = Vec::new();
+    for &(id, got, want) in fill.filled.borrow().iter() {
+        if got < want && !seen.contains(&id) {
+            seen.push(id);
+            let why = match id {
+                Id::Zonealloc => " (the default Config keeps Linux's min watermark free)",
+                Id::FaDepot | Id::FaSummary => " (its bitmap is carved from the arena)",
+                Id::Rlsf => " (a page-aligned block costs it a second page for its header)",
+                _ => "",
+            };
+            res.notes.push(format!(
+                "fill/drain: {} stopped at {got} of {want} order-0 blocks ({:.1} %){why}: its \
+                 per-call figure covers the calls it could make",
+                id.name(),
+                got as f64 * 100.0 / want as f64
+            ));
+        }
+    }
+    res.notes.push(format!(
+        "fill/drain: bsa Heap fills only 1/{BSA_HEAP_FILL_DIV} of the arena ({} blocks): its free \
+         walks the whole free list of the order (O(free blocks), bsa issue #11), so its figure \
+         would be far higher at the full fill",
+        ARENA_FRAMES / BSA_HEAP_FILL_DIV
+    ));
+
+    let mixed = Mixed {
+        ops: mixed_ops,
+        failures: RefCell::new(Vec::new()),
+    };
+    let s = ctx.compare("mixed orders", &mut singles.variants(&mixed));
+    res.targets.push(Target::at_most(
+        "zonealloc: mixed orders 0..9, live set <= 2048, per call (median)",
+        zonealloc_median(&s),
+        MIXED_TARGET_NS,
+        "ns",
+    ));
+    res.tables.push(peer_table(
+        "mixed",
+        "mixed orders 0..=9 (geometric), at most 2048 live blocks: ns per alloc or free call",
+        Metric::lower("ns per alloc or free call", "ns"),
+        &s,
+    ));
+    let mut total: Vec<(Id, u64)> = Vec::new();
+    for &(id, f) in mixed.failures.borrow().iter() {
+        match total.iter_mut().find(|x| x.0 == id) {
+            Some(x) => x.1 += f,
+            None => total.push((id, f)),
+        }
+    }
+    for (id, f) in total.into_iter().filter(|x| x.1 > 0) {
+        res.notes.push(format!(
+            "mixed: {} failed {f} allocations over all rounds (skipped; the walk went on)",
+            id.name()
+        ));
+    }
+
+    ctx.status("misaligned-block check");
+    let check = MisalignedCheck {
+        ops: mixed_ops,
+        counts: RefCell::new(Vec::new()),
+    };
+    for (_, mut run) in singles.runners(&check) {
+        run();
+    }
+    let rows: Vec<(String, f64)> = check
+        .counts
+        .borrow()
+        .iter()
+        .map(|&(id, allocs, bad)| {
+            if bad > 0 {
+                res.notes.push(format!(
+                    "misaligned: {} returned {bad} of {allocs} blocks not aligned to their size{}",
+                    id.name(),
+                    match id {
+                        Id::Offset => " (it has no alignment: offset-allocator#3)",
+                        Id::Mmap => " (mmap aligns to the page only)",
+                        _ => "",
+                    }
+                ));
+            }
+            (id.name().to_owned(), bad as f64)
+        })
+        .collect();
+    res.tables.push(single_table(
+        "misaligned",
+        &format!(
+            "misaligned blocks in one untimed mixed pass of {mixed_ops} calls (mmap 1/20): \
+             address not a multiple of the block size (ratio not meaningful: the limit is 0)"
+        ),
+        Metric::lower("blocks not naturally aligned", "blocks"),
+        &rows,
+    ));
+}
+
+/// A table of single measurements (deterministic figures), the first row the baseline.
+pub(super) fn single_table(id: &str, title: &str, metric: Metric, rows: &[(String, f64)]) -> Table {
+    let base = rows.first().map_or(f64::NAN, |r| r.1);
+    Table {
+        id: id.to_owned(),
+        title: title.to_owned(),
+        metric,
+        rows: rows
+            .iter()
+            .enumerate()
+            .map(|(i, (name, v))| Row {
+                variant: name.clone(),
+                samples: vec![*v],
+                median: *v,
+                min: *v,
+                max: *v,
+                ratio: if base != 0.0 { v / base } else { f64::NAN },
+                p_value: None,
+                significant: false,
+                verdict: if i == 0 {
+                    "baseline".into()
+                } else {
+                    "single measurement".into()
+                },
+            })
+            .collect(),
+    }
+}
+
+// -----------------------------------------------------------------------------
+// 4: threads
+// -----------------------------------------------------------------------------
+
+/// One thread's random walk over a window of at most `WINDOW` order-0 blocks until
+/// `stop` (the `pcp` experiment's walk). Returns the calls made.
+fn window_walk<P: Peer>(p: &mut P, seed: u64, stop: &AtomicBool) -> u64 {
+    let mut rng = Rng::new(seed);
+    let mut live: Vec<P::Handle> = Vec::with_capacity(WINDOW);
+    let mut ops = 0u64;
+    loop {
+        if ops % 256 == 0 && stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let r = rng.next();
+        if live.is_empty() || (live.len() < WINDOW && r & 1 == 0) {
+            match p.alloc(0) {
+                Some(h) => live.push(h),
+                None => panic!("thread walk: the arena holds far more than the windows"),
+            }
+        } else {
+            // The newest block 7 times in 8, a random live one otherwise.
+            let i = if (r >> 1) & 7 == 0 {
+                (r >> 8) as usize % live.len()
+            } else {
+                live.len() - 1
+            };
+            let h = live.swap_remove(i);
+            // SAFETY: a live order-0 block of this allocator, freed once.
+            unsafe { p.free(h, 0) };
+        }
+        ops += 1;
+    }
+    for h in live {
+        // SAFETY: as above.
+        unsafe { p.free(h, 0) };
+    }
+    ops
+}
+
+/// `threads` threads walking `s` for `dur`: millions of calls per second, all threads.
+fn throughput<S: SharedPeer>(s: &S, threads: usize, dur: Duration, seed: u64) -> f64 {
+    let stop = AtomicBool::new(false);
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let (stop, start) = (&stop, &start);
+                sc.spawn(move || {
+                    let mut v = s.view();
+                    start.wait();
+                    window_walk(&mut v, seed ^ ((i as u64 + 1) << 32), stop)
+                })
+            })
+            .collect();
+        start.wait();
+        let t0 = Instant::now();
+        std::thread::sleep(dur);
+        stop.store(true, Ordering::Relaxed);
+        let elapsed = secs_since(t0);
+        let ops: u64 = handles
+            .into_iter()
+            .map(|h| h.join().expect("worker thread"))
+            .sum();
+        ops as f64 / elapsed / 1e6
+    })
+}
+
+/// One instance of every peer, shared by threads.
+struct Shareds {
+    floor: PerThreadFloor,
+    za: ZoneAllocator<Arena>,
+    bsa_frame: buddy_system_allocator::LockedFrameAllocator<11>,
+    bsa_heap: BsaLockedHeapPeer,
+    fa_depot: FrameAllocPeer<FaDepot>,
+    fa_summary: FrameAllocPeer<FaSummary>,
+    offset: Mutex<OffsetPeer>,
+    rlsf: Mutex<RlsfPeer>,
+}
+
+fn shared_variant<'a, S: SharedPeer>(id: Id, s: &'a S, t: usize, dur: Duration) -> Variant<'a> {
+    let mut round = 0u64;
+    Variant::new(format!("{} {t}t", id.threaded_name()), move || {
+        round += 1;
+        throughput(s, t, dur, SEED ^ (round << 8))
+    })
+}
+
+fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
+    let dur = Duration::from_millis(ctx.scale(60, 300));
+    res.param("threads: run length (ms)", dur.as_millis());
+    res.param("threads: live window per thread (order-0 blocks)", WINDOW);
+    ctx.status("mapping and populating the arenas (thread runs)");
+    let sh = Shareds {
+        floor: PerThreadFloor { nr_frames: 4096 },
+        za: zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64)),
+        bsa_frame: bsa_locked_frame_allocator(ARENA_FRAMES),
+        bsa_heap: BsaLockedHeapPeer::new(ARENA_BYTES),
+        fa_depot: FrameAllocPeer::depot(ARENA_BYTES, true),
+        fa_summary: FrameAllocPeer::summary(ARENA_BYTES, true),
+        offset: Mutex::new(OffsetPeer::new(ARENA_FRAMES)),
+        rlsf: Mutex::new(RlsfPeer::new(ARENA_BYTES, true)),
+    };
+    let mut variants: Vec<Variant<'_>> = Vec::new();
+    for &t in &THREADS {
+        variants.push(shared_variant(Id::Limit, &sh.floor, t, dur));
+        variants.push(shared_variant(Id::Zonealloc, &sh.za, t, dur));
+        variants.push(shared_variant(Id::BsaFrame, &sh.bsa_frame, t, dur));
+        variants.push(shared_variant(Id::BsaHeap, &sh.bsa_heap, t, dur));
+        variants.push(shared_variant(Id::FaDepot, &sh.fa_depot, t, dur));
+        variants.push(shared_variant(Id::FaSummary, &sh.fa_summary, t, dur));
+        variants.push(shared_variant(Id::Offset, &sh.offset, t, dur));
+        variants.push(shared_variant(Id::Rlsf, &sh.rlsf, t, dur));
+        variants.push(shared_variant(Id::MiMalloc, &MiMalloc, t, dur));
+        variants.push(shared_variant(Id::JeMalloc, &JeMalloc, t, dur));
+        variants.push(shared_variant(Id::Mmap, &Mmap, t, dur));
+    }
+    let s = ctx.compare("1/2/4-thread throughput", &mut variants);
+    drop(variants);
+    let find = |id: Id, t: usize| -> &Samples {
+        let n = format!("{} {t}t", id.threaded_name());
+        s.iter()
+            .find(|x| x.variant == n)
+            .expect("every variant ran")
+    };
+    let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
+    for &t in &THREADS {
+        let rows: Vec<(&str, &Samples)> = Id::ALL
+            .iter()
+            .map(|&id| (id.threaded_name(), find(id, t)))
+            .collect();
+        res.tables.push(Table::new(
+            &format!("threads-{t}"),
+            &format!(
+                "{t} thread{}, window of {WINDOW} order-0 blocks each: M alloc+free calls/s",
+                if t == 1 { "" } else { "s" }
+            ),
+            metric(),
+            &rows,
+        ));
+        if t > 1 {
+            let za = find(Id::Zonealloc, t).median();
+            let (best, best_id) = Id::ALL
+                .iter()
+                .filter(|&&id| id != Id::Limit && id != Id::Zonealloc)
+                .map(|&id| (find(id, t).median(), id))
+                .fold((f64::NEG_INFINITY, Id::Limit), |a, b| {
+                    if b.0 > a.0 {
+                        b
+                    } else {
+                        a
+                    }
+                });
+            res.targets.push(Target::at_least(
+                &format!(
+                    "zonealloc first at {t} threads: its median / the best peer's ({})",
+                    best_id.threaded_name()
+                ),
+                za / best,
+                1.0,
+                "x",
+            ));
+        }
+    }
+    res.notes.push(
+        "threads: bsa runs in its own Locked* types (spin::Mutex), offset-allocator and rlsf in a \
+         std::sync::Mutex, as their documentation tells a user to lock them; frame-alloc's \
+         SummaryBuddy is retried up to 64 times on its documented spurious OutOfMemory; threads \
+         are not pinned (4 threads share the 2 CPUs)"
+            .into(),
+    );
+    res.scaling = Some(Scaling {
+        title: "peers: alloc+free throughput against threads (window of 64 order-0 blocks)".into(),
+        y_label: "M alloc+free calls/s".into(),
+        series: Id::ALL
+            .iter()
+            .map(|&id| Series {
+                name: id.threaded_name().into(),
+                points: THREADS
+                    .iter()
+                    .map(|&t| {
+                        let x = find(id, t);
+                        Point {
+                            threads: t as u32,
+                            median: x.median(),
+                            min: x.min(),
+                            max: x.max(),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    });
+}
+
+// -----------------------------------------------------------------------------
+// 5: capacity
+// -----------------------------------------------------------------------------
+
+/// Allocates `order` blocks from `p` until the first failure (or a whole arena's
+/// worth): the share of the arena obtained, percent.
+fn fill_until_failure<P: Peer>(p: &mut P, order: u8) -> f64 {
+    let max = ARENA_FRAMES >> order;
+    let mut n = 0;
+    while n < max && p.alloc(order).is_some() {
+        n += 1;
+    }
+    (n << order) as f64 * 100.0 / ARENA_FRAMES as f64
+}
+
+/// A fresh instance of peer `id` filled at `order`; `None` for peers with no bound.
+fn capacity_of(id: Id, order: u8) -> Option<f64> {
+    Some(match id {
+        Id::Limit => fill_until_failure(&mut VecFloor::new(ARENA_FRAMES), order),
+        Id::Zonealloc => {
+            let za = zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64));
+            fill_until_failure(&mut Za(&za), order)
+        }
+        Id::BsaFrame => fill_until_failure(&mut bsa_frame_allocator(ARENA_FRAMES), order),
+        Id::BsaHeap => fill_until_failure(&mut BsaHeapPeer::new(ARENA_BYTES), order),
+        Id::FaDepot => {
+            fill_until_failure(&mut FrameAllocPeer::depot(ARENA_BYTES, false).view(), order)
+        }
+        Id::FaSummary => fill_until_failure(
+            &mut FrameAllocPeer::summary(ARENA_BYTES, false).view(),
+            order,
+        ),
+        Id::Offset => fill_until_failure(&mut OffsetPeer::new(ARENA_FRAMES), order),
+        Id::Rlsf => fill_until_failure(&mut RlsfPeer::new(ARENA_BYTES, false), order),
+        Id::MiMalloc => match MiArenaPeer::new(ARENA_BYTES) {
+            Ok(mut a) => fill_until_failure(&mut a, order),
+            Err(_) => return None,
+        },
+        Id::JeMalloc | Id::Mmap => return None,
+    })
+}
+
+fn capacity(ctx: &mut Ctx, res: &mut ExperimentResult) {
+    ctx.status("capacity: filling fresh instances until the first failure");
+    for order in [0u8, 9] {
+        let mut rows: Vec<(String, f64)> = Vec::new();
+        for id in Id::ALL {
+            if let Some(pct) = capacity_of(id, order) {
+                let name = if id == Id::MiMalloc {
+                    "mimalloc (arena)".to_owned()
+                } else {
+                    id.name().to_owned()
+                };
+                rows.push((name, pct));
+            }
+        }
+        // zonealloc without Linux's min watermark reserve: what a user who wants every
+        // page of the arena configures.
+        let za = zonealloc_arena(Config {
+            min_free_kbytes: Some(0),
+            ..Config::with_bytes(ARENA_BYTES as u64)
+        });
+        let no_reserve = fill_until_failure(&mut Za(&za), order);
+        drop(za);
+        rows.insert(2, ("zonealloc, min_free_kbytes=0".to_owned(), no_reserve));
+        let default = rows[1].1;
+        res.targets.push(Target::at_least(
+            &format!("zonealloc: arena handed out at order {order}, default Config"),
+            default,
+            100.0,
+            "%",
+        ));
+        res.targets.push(Target::at_least(
+            &format!("zonealloc: arena handed out at order {order}, min_free_kbytes=0"),
+            no_reserve,
+            100.0,
+            "%",
+        ));
+        res.tables.push(single_table(
+            &format!("capacity-order{order}"),
+            &format!(
+                "capacity at order {order}: % of the 256 MiB arena handed out as order-{order} \
+                 blocks before the first failure (fresh instance)"
+            ),
+            Metric::higher(&format!("% of the arena at order {order}"), "%"),
+            &rows,
+        ));
+    }
+    res.notes.push(
+        "capacity: jemalloc and mmap are not bounded by an arena (they take memory from the \
+         kernel until the machine runs out), so they have no capacity row; mimalloc's row is \
+         mimalloc confined to an exclusive arena of 256 MiB (mi_manage_os_memory_ex + \
+         mi_heap_new_in_arena), its timing rows the process heap"
+            .into(),
+    );
+    res.notes.push(
+        "capacity: zonealloc's default Config keeps Linux's min watermark (min_free_kbytes from \
+         the zone size) free for atomic and reserve allocations, as the kernel does; the \
+         min_free_kbytes=0 row is the same allocator with that reserve set to zero"
+            .into(),
+    );
+}
