@@ -147,11 +147,11 @@ const GFPS: [Gfp; 5] = [
 fn build(c: &FuzzConfig) -> (ZoneAllocator<AbstractFrames>, Option<Pfn>) {
     let max_order = c.max_order % 11;
     let pb = c.pageblock_order % (max_order + 1);
-    let len = 1 + c.len as u64 % 4096;
+    let len = 1 + c.len as u64 % 1024;
     let start = c.start as u64 % 5000;
     let mut zone = ZoneConfig::new(
         ZoneType::Normal,
-        Pfn(start + if c.two_zones { 4096 } else { 0 }),
+        Pfn(start + if c.two_zones { 1024 } else { 0 }),
         len,
     );
     let mut hole = None;
@@ -166,7 +166,7 @@ fn build(c: &FuzzConfig) -> (ZoneAllocator<AbstractFrames>, Option<Pfn>) {
     }
     let mut zones = vec![];
     if c.two_zones {
-        zones.push(ZoneConfig::new(ZoneType::Dma32, Pfn(start), 4096));
+        zones.push(ZoneConfig::new(ZoneType::Dma32, Pfn(start), 1024));
     }
     zones.push(zone);
     let pcp = PcpConfig {
