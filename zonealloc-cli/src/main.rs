@@ -89,6 +89,10 @@ struct BenchArgs {
     /// List the experiments and exit.
     #[arg(long)]
     list: bool,
+    /// Fail unless every experiment produced figures (a table with rows, and its
+    /// chart): what CI checks.
+    #[arg(long)]
+    check: bool,
     /// Experiments to run (default: all, in registry order).
     experiments: Vec<String>,
 }
@@ -235,6 +239,22 @@ fn bench(args: BenchArgs) -> ExitCode {
         .flat_map(|r| r.charts.iter().map(String::as_str))
         .collect();
     out!("charts:  {}", charts.join(", "));
+    if args.check {
+        let empty: Vec<&str> = results
+            .iter()
+            .filter(|r| {
+                r.tables.is_empty()
+                    || r.tables.iter().any(|t| t.rows.is_empty())
+                    || r.charts.is_empty()
+            })
+            .map(|r| r.name.as_str())
+            .collect();
+        if !empty.is_empty() {
+            eprintln!("zonealloc bench: no figures from: {}", empty.join(", "));
+            return ExitCode::FAILURE;
+        }
+        out!("check: every experiment produced its tables and charts");
+    }
     ExitCode::SUCCESS
 }
 
