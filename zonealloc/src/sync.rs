@@ -134,38 +134,46 @@ impl SeqCount {
     }
 }
 
+#[cfg(not(loom))]
+use core::cell::UnsafeCell;
+#[cfg(not(loom))]
+use core::sync::atomic::AtomicBool;
+#[cfg(loom)]
+use loom::cell::UnsafeCell;
+#[cfg(loom)]
+use loom::sync::atomic::AtomicBool;
+
 /// A lock built for per-CPU data: `try_lock` is one compare-and-swap and `unlock` one
 /// release store, so the uncontended fast path costs a single locked instruction.
 /// Waiting (`lock`, used only by drains and statistics) spins, then yields the CPU
-/// under `std`, since the holder may be a preempted thread.
-#[cfg(not(loom))]
+/// under `std`, since the holder may be a preempted thread. Under loom it is built
+/// from loom's atomic and cell, so the model checker explores the lock itself.
 pub(crate) struct TryLock<T> {
-    locked: core::sync::atomic::AtomicBool,
-    value: core::cell::UnsafeCell<T>,
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
 }
 
 // SAFETY: the lock hands out `&mut T` to one holder at a time, so sharing the lock
 // between threads is sound whenever sending the value would be.
-#[cfg(not(loom))]
 #[allow(unsafe_code)]
 unsafe impl<T: Send> Sync for TryLock<T> {}
 // SAFETY: owning the lock is owning the value.
-#[cfg(not(loom))]
 #[allow(unsafe_code)]
 unsafe impl<T: Send> Send for TryLock<T> {}
 
 /// Proof that a `TryLock` is held; dereferences to the protected data.
-#[cfg(not(loom))]
 pub(crate) struct TryLockGuard<'a, T> {
     lock: &'a TryLock<T>,
+    /// Loom's record of this access, checked against concurrent ones.
+    #[cfg(loom)]
+    ptr: loom::cell::MutPtr<T>,
 }
 
-#[cfg(not(loom))]
 impl<T> TryLock<T> {
     pub(crate) fn new(value: T) -> TryLock<T> {
         TryLock {
-            locked: core::sync::atomic::AtomicBool::new(false),
-            value: core::cell::UnsafeCell::new(value),
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
         }
     }
 
@@ -176,7 +184,11 @@ impl<T> TryLock<T> {
         self.locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| TryLockGuard { lock: self })
+            .map(|_| TryLockGuard {
+                lock: self,
+                #[cfg(loom)]
+                ptr: self.value.get_mut(),
+            })
     }
 
     pub(crate) fn lock(&self) -> TryLockGuard<'_, T> {
@@ -191,9 +203,9 @@ impl<T> TryLock<T> {
                 if spins < 64 {
                     spin_hint();
                 } else {
-                    #[cfg(feature = "std")]
+                    #[cfg(all(feature = "std", not(loom)))]
                     std::thread::yield_now();
-                    #[cfg(not(feature = "std"))]
+                    #[cfg(any(loom, not(feature = "std")))]
                     spin_hint();
                 }
             }
@@ -201,7 +213,6 @@ impl<T> TryLock<T> {
     }
 }
 
-#[cfg(not(loom))]
 impl<T> Drop for TryLockGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
@@ -210,7 +221,6 @@ impl<T> Drop for TryLockGuard<'_, T> {
     }
 }
 
-#[cfg(not(loom))]
 impl<T> core::ops::Deref for TryLockGuard<'_, T> {
     type Target = T;
     #[inline]
@@ -218,23 +228,23 @@ impl<T> core::ops::Deref for TryLockGuard<'_, T> {
     fn deref(&self) -> &T {
         // SAFETY: the guard exists only while `locked` is held by its creator, so no
         // other reference to the value is live.
-        unsafe { &*self.lock.value.get() }
+        #[cfg(not(loom))]
+        return unsafe { &*self.lock.value.get() };
+        // SAFETY: as above; loom tracks the access through `ptr`.
+        #[cfg(loom)]
+        return unsafe { &*self.ptr.deref() };
     }
 }
 
-#[cfg(not(loom))]
 impl<T> core::ops::DerefMut for TryLockGuard<'_, T> {
     #[inline]
     #[allow(unsafe_code)]
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: as in `deref`, and `&mut self` makes this the only access.
-        unsafe { &mut *self.lock.value.get() }
+        #[cfg(not(loom))]
+        return unsafe { &mut *self.lock.value.get() };
+        // SAFETY: as above; loom tracks the access through `ptr`.
+        #[cfg(loom)]
+        return unsafe { self.ptr.deref() };
     }
 }
-
-/// Under loom the per-CPU lock is loom's mutex, so the model checker sees it.
-#[cfg(loom)]
-pub(crate) type TryLock<T> = Lock<T>;
-/// Proof that a `TryLock` is held.
-#[cfg(loom)]
-pub(crate) type TryLockGuard<'a, T> = LockGuard<'a, T>;
