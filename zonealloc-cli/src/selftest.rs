@@ -82,7 +82,7 @@ pub fn run(dir: &Path) -> bool {
         suites.len(),
         dir.display()
     );
-    println!("{:<60} {:>14}  {}", "figure", "value", "from");
+    println!("{:<60} {:>14}  from", "figure", "value");
     let row = |what: &str, v: u64, from: String| println!("{what:<60} {v:>14}  {from}");
     row("operations run", sum("operations"), who("operations"));
     row(
