@@ -111,19 +111,57 @@ impl Arena {
             flags |= libc::MAP_POPULATE;
         }
         let fd = memfd.as_ref().map_or(-1, AsRawFd::as_raw_fd);
-        // SAFETY: a fresh mapping (anonymous, or of our own new memfd) at an address
-        // of the kernel's choosing aliases no Rust object.
-        let p = unsafe {
+        // Frame addresses are aligned like frame numbers up to the largest block: a
+        // block of order `max_order` at an aligned pfn is aligned in memory too (for
+        // huge pages and for callers that rely on natural alignment). Reserve enough
+        // address space to choose such a start, map there, give back the slack.
+        let align = (1usize << config.page_shift) << config.max_order.0;
+        let phase = (lo as usize).wrapping_shl(u32::from(config.page_shift)) & (align - 1);
+        let reserve_len = len.checked_add(align).ok_or(ConfigError::Backend)?;
+        // SAFETY: a fresh inaccessible reservation at an address of the kernel's
+        // choosing aliases no Rust object.
+        let r = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
+                reserve_len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if r == libc::MAP_FAILED {
+            return Err(ConfigError::Backend);
+        }
+        let r = r as usize;
+        let start = (r.wrapping_sub(phase)).next_multiple_of(align) + phase;
+        let start = if start < r { start + align } else { start };
+        // SAFETY: `[start, start + len)` lies inside the reservation just made
+        // (`start - r < align`), which nothing else uses, so MAP_FIXED replaces only
+        // our own inaccessible pages.
+        let p = unsafe {
+            libc::mmap(
+                start as *mut libc::c_void,
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                flags,
+                flags | libc::MAP_FIXED,
                 fd,
                 0,
             )
         };
+        // SAFETY: unmapping the unused head and tail of our own reservation.
+        unsafe {
+            if start > r {
+                libc::munmap(r as *mut libc::c_void, start - r);
+            }
+            let end = start + len;
+            if r + reserve_len > end {
+                libc::munmap(end as *mut libc::c_void, r + reserve_len - end);
+            }
+        }
         if p == libc::MAP_FAILED {
+            // SAFETY: the middle of the reservation, still ours.
+            unsafe { libc::munmap(start as *mut libc::c_void, len) };
             return Err(ConfigError::Backend);
         }
         if opts.huge_pages {

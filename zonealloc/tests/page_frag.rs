@@ -132,3 +132,19 @@ fn cross_thread_frees_every_path() {
         cross_thread(path, Order(3));
     }
 }
+
+#[test]
+fn arena_addresses_are_aligned_like_frame_numbers() {
+    for start in [0u64, 3, 1000] {
+        let za = ZoneAllocator::with_arena(
+            Config::single_zone(ZoneType::Normal, Pfn(start), 8192),
+            ArenaOptions::default(),
+        )
+        .unwrap();
+        let order = za.config().max_order;
+        let p = za.alloc_pages(Gfp::KERNEL, order).unwrap();
+        let addr = za.page_address(p).unwrap().as_ptr() as usize;
+        assert_eq!(addr % (4096 << order.0), 0, "start {start}");
+        za.free_pages(p, order).unwrap();
+    }
+}
