@@ -415,7 +415,7 @@ fn run_ops(s: &mut dyn Subject, w: &Workload, samples: u64) -> Placement {
     let every = (w.ops.len() as u64 / samples.max(1)).max(1);
     let mut out = Vec::new();
     for (i, op) in w.ops.iter().enumerate() {
-        if samples > 0 && i as u64 % every == 0 {
+        if samples > 0 && (i as u64).is_multiple_of(every) {
             if let Some(b) = s.buddyinfo() {
                 out.push((i as u64, b));
             }

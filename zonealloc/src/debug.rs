@@ -111,7 +111,7 @@ impl Faults {
             return false;
         }
         let n = self.calls[i].fetch_add(1, Ordering::Relaxed) + 1;
-        if n % every == 0 {
+        if n.is_multiple_of(every) {
             self.injected[i].fetch_add(1, Ordering::Relaxed);
             return true;
         }

@@ -1411,7 +1411,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
                     ensure(
                         a.page_order.0 == 0
                             || (vpn % a.page_order.nr_pages() == 0
-                                && nr % a.page_order.nr_pages() == 0),
+                                && nr.is_multiple_of(a.page_order.nr_pages())),
                         &|| format!("huge area {addr:#x} misaligned"),
                     )?;
                 }

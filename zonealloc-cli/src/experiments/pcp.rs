@@ -175,7 +175,7 @@ fn window_walk(za: &ZoneAllocator, seed: u64, stop: &AtomicBool) -> u64 {
     let mut len = 0;
     let mut ops = 0u64;
     loop {
-        if ops % 256 == 0 && stop.load(Ordering::Relaxed) {
+        if ops.is_multiple_of(256) && stop.load(Ordering::Relaxed) {
             break;
         }
         let r = rng.next();

@@ -663,7 +663,7 @@ fn window_walk<P: Peer>(p: &mut P, seed: u64, stop: &AtomicBool) -> u64 {
     let mut live: Vec<P::Handle> = Vec::with_capacity(WINDOW);
     let mut ops = 0u64;
     loop {
-        if ops % 256 == 0 && stop.load(Ordering::Relaxed) {
+        if ops.is_multiple_of(256) && stop.load(Ordering::Relaxed) {
             break;
         }
         let r = rng.next();
