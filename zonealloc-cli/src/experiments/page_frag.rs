@@ -23,7 +23,9 @@
 //! * refill order 0 (every block is one page, as mlx5's page-pool pages in the seed):
 //!   `FragFreePath::Zone` (before: every last free under the zone lock,
 //!   `__free_pages_ok`) against `FragFreePath::PcpOrder0` (seed 003: order-0 pages to
-//!   the freeing CPU's per-CPU list);
+//!   the freeing CPU's per-CPU list); with 75-byte fragments (54 per page) and again
+//!   with 2048-byte ones (2 per page, seed-benchmarks.md d.5), where the free path
+//!   is taken every second fragment;
 //! * refill order 3 (the page_frag default, 32 KiB blocks): `Zone` (= `PcpOrder0`,
 //!   which sends order 3 to the zone too) against `PcpAll` (Linux 6.14+: every
 //!   per-CPU order through the lists).
@@ -52,6 +54,9 @@ const ZONE_PAGES: u64 = 1 << 18;
 const RING_SLOTS: usize = 512;
 /// `test_alloc_len` of test_page_frag.sh.
 const FRAG_BYTES: usize = 75;
+/// The large fragment of seed-benchmarks.md d.5: two per page, so the free path is
+/// taken every second fragment.
+const BIG_FRAG_BYTES: usize = 2048;
 /// Seed 003: "a 7 % performance improvement using a micro benchmark".
 const SEED_PCT: f64 = 7.0;
 
@@ -72,8 +77,17 @@ impl Experiment for PageFrag {
             "fragments per run (nr_test; module default 2000000, script 100000000)",
             nr_test,
         );
-        res.param("fragment", format!("{FRAG_BYTES} bytes, not aligned"));
-        res.param("cache gfp", "GFP_ATOMIC (as network drivers' fragment caches)");
+        res.param(
+            "fragment",
+            format!(
+                "{FRAG_BYTES} bytes (test_page_frag.sh), and {BIG_FRAG_BYTES} bytes for a \
+                 quarter as many; not aligned"
+            ),
+        );
+        res.param(
+            "cache gfp",
+            "GFP_ATOMIC (as network drivers' fragment caches)",
+        );
         res.param(
             "ring",
             format!("{RING_SLOTS} slots, hand-rolled SPSC ring (spin, then yield)"),
@@ -101,10 +115,31 @@ impl Experiment for PageFrag {
             (3u8, FragFreePath::Zone, "Zone (= PcpOrder0 at order 3)"),
             (3u8, FragFreePath::PcpAll, "PcpAll (Linux 6.14+)"),
         ];
-        for (set, title, id) in [
-            (&order0, "refill order 0 (one page per block)", "order0"),
-            (&order3, "refill order 3 (32 KiB blocks)", "order3"),
-        ] {
+        // (variants, fragment bytes, fragments per run, title, id)
+        let comparisons = [
+            (
+                &order0,
+                FRAG_BYTES,
+                nr_test,
+                "refill order 0 (one page per block)",
+                "order0",
+            ),
+            (
+                &order0,
+                BIG_FRAG_BYTES,
+                nr_test / 4,
+                "refill order 0, 2048-byte fragments",
+                "order0-2k",
+            ),
+            (
+                &order3,
+                FRAG_BYTES,
+                nr_test,
+                "refill order 3 (32 KiB blocks)",
+                "order3",
+            ),
+        ];
+        for (set, bytes, nr, title, id) in comparisons {
             let zas: Vec<ZoneAllocator<Arena>> = set
                 .iter()
                 .map(|&(_, path, _)| {
@@ -122,7 +157,7 @@ impl Experiment for PageFrag {
                 .iter()
                 .zip(&zas)
                 .map(|(&(order, _, label), za)| {
-                    Variant::new(label, move || transfer(za, Order(order), nr_test, pair))
+                    Variant::new(label, move || transfer(za, Order(order), bytes, nr, pair))
                 })
                 .collect();
             let s = ctx.compare(&format!("page_frag_test, {title}"), &mut variants);
@@ -130,40 +165,38 @@ impl Experiment for PageFrag {
             res.tables.push(Table::new(
                 &format!("page_frag-{id}"),
                 &format!(
-                    "page_frag_test, {title}: {nr_test} fragments of {FRAG_BYTES} B pushed \
-                     through the ring and freed on the other CPU, M fragments/s"
+                    "page_frag_test, {title}: {nr} fragments of {bytes} B pushed through the \
+                     ring and freed on the other CPU, M fragments/s"
                 ),
                 Metric::higher("fragments carved, passed and freed per second", "M/s"),
                 &[(set[0].2, &s[0]), (set[1].2, &s[1])],
             ));
+            let pct = (s[1].median() / s[0].median() - 1.0) * 100.0;
+            let per_block = (4096usize << set[0].0) / bytes;
+            let what = format!(
+                "{title} (a block freed every {per_block} fragments), {} over {}",
+                set[1].2, set[0].2
+            );
             if id == "order0" {
-                let pct = (s[1].median() / s[0].median() - 1.0) * 100.0;
                 res.notes.push(format!(
                     "seed: +{SEED_PCT:.0} % (Jesper's micro benchmark; +11 % in Ilias's \
-                     64-byte packet test); ours, order-0 blocks, PcpOrder0 over Zone: \
-                     {pct:+.1} %, i.e. {}",
+                     64-byte packet test); ours, {what}: {pct:+.1} %, i.e. {}",
                     speedup_text(&s[0], &s[1], false)
                 ));
                 res.targets.push(Target::at_least(
-                    "order-0 blocks: PcpOrder0 over Zone, change of median fragments/s \
-                     (seed: +7 %)",
+                    "order-0 blocks, 75 B: PcpOrder0 over Zone, change of median \
+                     fragments/s (seed: +7 %)",
                     pct,
                     SEED_PCT,
                     "%",
                 ));
             } else {
                 res.notes.push(format!(
-                    "order-3 blocks, PcpAll over Zone: {}",
+                    "ours, {what}: {pct:+.1} %, i.e. {}",
                     speedup_text(&s[0], &s[1], false)
                 ));
             }
         }
-        res.notes.push(format!(
-            "a block is freed once per {} fragments at order 0 and once per {} at order 3, \
-             so the free path is a small share of each fragment's cost",
-            4096 / FRAG_BYTES,
-            32768 / FRAG_BYTES
-        ));
         res
     }
 }
@@ -206,10 +239,16 @@ fn backoff(spins: &mut u32) {
     }
 }
 
-/// One run: `nr` fragments carved by a producer with refill order `order` and freed
-/// by a consumer on the other CPU. Returns millions of fragments per second, from
-/// the producer's start to the consumer's last free.
-fn transfer(za: &ZoneAllocator<Arena>, order: Order, nr: u64, cpus: Option<(usize, usize)>) -> f64 {
+/// One run: `nr` fragments of `bytes` carved by a producer with refill order
+/// `order` and freed by a consumer on the other CPU. Returns millions of fragments
+/// per second, from the producer's start to the consumer's last free.
+fn transfer(
+    za: &ZoneAllocator<Arena>,
+    order: Order,
+    bytes: usize,
+    nr: u64,
+    cpus: Option<(usize, usize)>,
+) -> f64 {
     let ring = Ring::new(RING_SLOTS);
     let n = RING_SLOTS;
     let start = Barrier::new(2);
@@ -224,7 +263,7 @@ fn transfer(za: &ZoneAllocator<Arena>, order: Order, nr: u64, cpus: Option<(usiz
             let t0 = Instant::now();
             for tail in 0..nr as usize {
                 let p = cache
-                    .alloc(FRAG_BYTES, 1)
+                    .alloc(bytes, 1)
                     .expect("the 1 GiB zone has room for the ring's fragments");
                 let mut spins = 0;
                 while tail - head >= n {

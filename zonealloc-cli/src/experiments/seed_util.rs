@@ -5,7 +5,7 @@
 //! Nothing here measures; the experiments time through `Ctx::compare`.
 
 use crate::affinity;
-use crate::harness::Samples;
+use crate::harness::{mann_whitney_p, Samples, ALPHA};
 
 /// xorshift64*: a small deterministic generator, one per thread or per test.
 pub struct Rng(u64);
@@ -68,13 +68,31 @@ pub fn median_speedup(before: &Samples, after: &Samples, lower_is_better: bool) 
     }
 }
 
-/// "2.31x (per round 2.10x – 2.52x)".
+/// "2.31x (per round 2.10x – 2.52x; significant, p=0.008)": the ratio of medians,
+/// the spread of the per-round ratios, and the Mann–Whitney verdict of the tables.
 pub fn speedup_text(before: &Samples, after: &Samples, lower_is_better: bool) -> String {
     let (_, lo, hi) = round_speedups(before, after, lower_is_better);
     format!(
-        "{:.2}x (per round {lo:.2}x – {hi:.2}x)",
-        median_speedup(before, after, lower_is_better)
+        "{:.2}x (per round {lo:.2}x – {hi:.2}x; {})",
+        median_speedup(before, after, lower_is_better),
+        significance_text(before, after)
     )
+}
+
+/// "significant, p=0.008" or "not significant, p=0.421" (two-sided Mann–Whitney at
+/// the harness's α).
+pub fn significance_text(before: &Samples, after: &Samples) -> String {
+    let p = mann_whitney_p(&after.values, &before.values);
+    let p_text = if p < 0.001 {
+        "p<0.001".to_owned()
+    } else {
+        format!("p={p:.3}")
+    };
+    if p < ALPHA {
+        format!("significant, {p_text}")
+    } else {
+        format!("not significant, {p_text}")
+    }
 }
 
 /// Size of the last-level (L3) cache of CPU 0 in bytes, from sysfs, if it says.
@@ -100,7 +118,7 @@ pub fn rss_bytes() -> u64 {
 
 /// Bytes as "16 GiB", "32 MiB", "512 KiB".
 pub fn bytes_text(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
         format!("{} GiB", b >> 30)
     } else if b >= 1 << 20 {
         format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)
