@@ -184,6 +184,17 @@ impl<B: Backend> ZoneAllocator<B> {
     /// If any entry is not an allocated order-0 page, or a page appears more often
     /// than it has references, nothing is changed and the first bad page is
     /// reported.
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{Config, Gfp, Order, ZoneAllocator};
+    /// let za = ZoneAllocator::new(Config::with_bytes(64 << 20)).unwrap();
+    /// let head = za.alloc_pages(Gfp::KERNEL, Order(4)).unwrap();
+    /// za.split_page(head, Order(4)).unwrap();
+    /// let pages: Vec<_> = (0..16).map(|i| head.add(i)).collect();
+    /// za.free_pages_bulk(&pages).unwrap(); // one run, freed as one order-4 block
+    /// assert!(za.free_pages_bulk(&pages).is_err()); // already free: nothing changes
+    /// ```
     pub fn free_pages_bulk(&self, pages: &[Pfn]) -> Result<(), FreeError> {
         let mut ascending = true;
         for (i, &p) in pages.iter().enumerate() {
@@ -233,6 +244,16 @@ impl<B: Backend> ZoneAllocator<B> {
     /// the buddy as needed) and falling back to single allocations as Linux does.
     /// Returns the number of filled slots, pre-filled ones included; a short count
     /// means memory ran low.
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{Config, Gfp, ZoneAllocator};
+    /// let za = ZoneAllocator::new(Config::with_bytes(64 << 20)).unwrap();
+    /// let mut pages = vec![None; 100];
+    /// assert_eq!(za.alloc_pages_bulk(Gfp::KERNEL, &mut pages), 100);
+    /// let pfns: Vec<_> = pages.into_iter().flatten().collect();
+    /// za.free_pages_bulk(&pfns).unwrap();
+    /// ```
     pub fn alloc_pages_bulk(&self, gfp: Gfp, pages: &mut [Option<Pfn>]) -> usize {
         if self.should_fail(crate::debug::FaultSite::Alloc) {
             return pages.iter().filter(|p| p.is_some()).count();
@@ -409,6 +430,14 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// `NoMemory` if no free run was found; `InvalidRange` for `nr == 0` or a node
     /// that does not exist.
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{Config, Gfp, ZoneAllocator};
+    /// let za = ZoneAllocator::new(Config::with_bytes(64 << 20)).unwrap();
+    /// let start = za.alloc_contig_pages(1000, Gfp::KERNEL, 0).unwrap(); // not a power of two
+    /// za.free_contig_range(start, 1000).unwrap();
+    /// ```
     pub fn alloc_contig_pages(&self, nr: u64, gfp: Gfp, nid: u16) -> Result<Pfn, ContigError> {
         if nr == 0 || nid as usize >= self.config.nodes.len() {
             return Err(ContigError::InvalidRange);
