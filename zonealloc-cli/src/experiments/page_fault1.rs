@@ -204,13 +204,25 @@ impl Experiment for PageFault1 {
         }
         let s = ctx.compare("page_fault1, 1/2/4 threads, two PCP setups", &mut variants);
         drop(variants);
-        for (n, log) in &flushed {
-            let (freed, flushed) = log.get();
+        for &setup in &SETUPS {
+            let shares: Vec<String> = flushed
+                .iter()
+                .filter(|(n, _)| n.starts_with(setup.short()))
+                .map(|(n, log)| {
+                    let (freed, flushed) = log.get();
+                    format!(
+                        "{} {:.0} %",
+                        n.trim_start_matches(setup.short()).trim_start_matches(", "),
+                        100.0 * flushed as f64 / freed.max(1) as f64
+                    )
+                })
+                .collect();
             res.notes.push(format!(
-                "{n}: pages flushed from the per-CPU lists to the buddy lists (the path \
-                 the prefetch is on) = {:.0} % of the pages freed during the runs (refilled \
-                 pages flushed unused count too)",
-                100.0 * flushed as f64 / freed.max(1) as f64
+                "{}: pages flushed from the per-CPU lists to the buddy lists (the path the \
+                 prefetch is on) as a share of the pages freed during the runs (refilled \
+                 pages flushed unused count too): {}",
+                setup.name(),
+                shares.join("; ")
             ));
         }
         res.notes.push(format!(
