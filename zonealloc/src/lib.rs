@@ -33,11 +33,13 @@
 //! | `isolate` | pageblock isolation for contiguous allocation |
 //! | `contig` | `free_contig_range`, bulk free/alloc, `alloc_contig_range` |
 //! | `page_frag` | page fragment cache with the reference-bias trick |
+//! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
 //! | `stats` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices |
-//! | `check` | `check_invariants()` |
-//! | `backend`, `arena` | what stands behind the frames |
+//! | `debug` | poisoning, init-on-alloc/free, bad-page reports, fault injection |
+//! | `check` | `check_invariants()`, `state_digest()` |
+//! | `backend`, `arena`, `os` | what stands behind the frames; the current CPU |
 
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_code)]
