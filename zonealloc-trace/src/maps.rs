@@ -3,14 +3,26 @@
 //! Top layer, read-only over the allocator's public API. The map walks a zone's
 //! frames with `frame_state()` block by block (a free or allocated block is skipped
 //! whole, so the walk is O(blocks + hole frames)) to count each pageblock's free
-//! pages, and colours the pageblock by the mobility of the memory allocated in it.
+//! pages, and reads each pageblock's migratetype with `pageblock_migratetype()`.
 //!
-//! zonealloc does not expose a pageblock's migratetype, so the colour comes from the
-//! caller's `owners` (the blocks it holds and the migratetype it asked for each),
-//! as page_owner would give it on Linux; allocated memory the caller does not name is
-//! grey. The shade says how much of the pageblock is free: full colour when full,
-//! fading toward white as it empties, white when nothing is allocated in it. A
-//! black dot marks a pageblock holding memory of more than one mobility.
+//! What the map shows is what Linux's anti-fragmentation is about:
+//!
+//! * the **colour** is the pageblock's migratetype (Unmovable, Movable, Reclaimable,
+//!   HighAtomic, Isolate), as `/proc/pagetypeinfo` counts them;
+//! * the **shade** says how much of the pageblock is free: full colour when nothing
+//!   is free, fading as it empties; a pageblock with nothing allocated in it (a whole
+//!   free order-9 block on x86) is drawn much paler still, so free pageblocks stand out;
+//! * a **dot** marks a *mixed* pageblock: it holds allocated memory of a mobility
+//!   other than its own type, the pollution a fallback leaves behind when it steals
+//!   pages without claiming the block. The dot has the colour of that other mobility
+//!   (the largest one if several).
+//!
+//! zonealloc does not record which mobility each allocation asked for, so the mixed
+//! dots come from the caller's `owners` (the blocks it holds and the migratetype it
+//! asked for each), as page_owner would give them on Linux. Without owners no
+//! pageblock is marked mixed; memory the caller does not name is counted as
+//! allocated but never makes a pageblock mixed. HighAtomic and Isolate pageblocks
+//! are reserves that any mobility may use and are never marked mixed.
 //!
 //! Text is drawn with DejaVu Sans embedded from the `dejavu` crate through plotters'
 //! `ab_glyph` feature, so no system font is needed. `.png` and `.svg` paths pick the
@@ -24,7 +36,7 @@ use std::sync::Once;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use zonealloc::{FrameState, Migratetype, Order, Pfn, ZoneAllocator, ZoneId};
 
 use crate::replay::BuddySample;
@@ -59,6 +71,20 @@ fn e<E: fmt::Display>(x: E) -> MapError {
 // The data: one cell per pageblock
 // -----------------------------------------------------------------------------
 
+/// The mobilities an allocation can ask for, in `Cell::owned` order.
+const MOBILITIES: [Migratetype; 3] = [
+    Migratetype::Unmovable,
+    Migratetype::Movable,
+    Migratetype::Reclaimable,
+];
+
+fn ser_mt<S: Serializer>(mt: &Option<Migratetype>, s: S) -> Result<S::Ok, S::Error> {
+    match mt {
+        Some(m) => s.serialize_some(m.name()),
+        None => s.serialize_none(),
+    }
+}
+
 /// One pageblock's pages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Cell {
@@ -71,6 +97,9 @@ pub struct Cell {
     /// Allocated frames the caller named, per migratetype (Unmovable, Movable,
     /// Reclaimable).
     pub owned: [u32; 3],
+    /// The pageblock's migratetype (`None`: a hole or not read).
+    #[serde(serialize_with = "ser_mt")]
+    pub migratetype: Option<Migratetype>,
 }
 
 impl Cell {
@@ -83,6 +112,37 @@ impl Cell {
     pub fn unknown(&self) -> u32 {
         self.allocated()
             .saturating_sub(self.owned.iter().sum::<u32>())
+    }
+
+    /// Named allocated frames whose mobility is not the pageblock's type (0 for
+    /// HighAtomic, Isolate and unknown pageblocks).
+    pub fn foreign(&self) -> u32 {
+        match self.migratetype {
+            Some(mt) if mt.is_mergeable() => MOBILITIES
+                .iter()
+                .zip(self.owned)
+                .filter(|(m, _)| **m != mt)
+                .map(|(_, n)| n)
+                .sum(),
+            _ => 0,
+        }
+    }
+
+    /// Whether the pageblock is mixed: it holds named allocated memory of a mobility
+    /// other than its type (Linux's fallback pollution).
+    pub fn mixed(&self) -> bool {
+        self.foreign() > 0
+    }
+
+    /// The foreign mobility with the most frames, if the pageblock is mixed.
+    pub fn main_foreign(&self) -> Option<Migratetype> {
+        let mt = self.migratetype.filter(|m| m.is_mergeable())?;
+        MOBILITIES
+            .iter()
+            .zip(self.owned)
+            .filter(|&(m, n)| *m != mt && n > 0)
+            .max_by_key(|&(_, n)| n)
+            .map(|(m, _)| *m)
     }
 }
 
@@ -100,6 +160,28 @@ pub struct ZoneMap {
     pub cells: Vec<Cell>,
 }
 
+impl ZoneMap {
+    /// Pageblocks of migratetype `mt` (holes left out).
+    pub fn pageblocks_of(&self, mt: Migratetype) -> usize {
+        self.cells
+            .iter()
+            .filter(|c| c.present > 0 && c.migratetype == Some(mt))
+            .count()
+    }
+
+    /// Mixed pageblocks (see [`Cell::mixed`]).
+    pub fn mixed_pageblocks(&self) -> usize {
+        self.cells.iter().filter(|c| c.mixed()).count()
+    }
+
+    /// Pageblocks with frames and nothing allocated.
+    pub fn free_pageblocks(&self) -> usize {
+        self.cells
+            .iter()
+            .filter(|c| c.present > 0 && c.allocated() == 0)
+            .count()
+    }
+}
 /// The zone holding the most allocated memory (the largest if none holds any).
 fn busiest_zone(za: &ZoneAllocator) -> Option<ZoneId> {
     let free: HashMap<ZoneId, u64> = za
@@ -189,6 +271,12 @@ pub fn zone_map(
             c.owned[slot] += k;
         });
     }
+    for (i, c) in cells.iter_mut().enumerate() {
+        if c.present > 0 {
+            let first = (base + i as u64 * pb).max(start.0);
+            c.migratetype = za.pageblock_migratetype(Pfn(first));
+        }
+    }
     while cells.last().is_some_and(|c| c.present == 0) {
         cells.pop();
     }
@@ -206,40 +294,50 @@ pub fn zone_map(
 
 const UNMOVABLE: RGBColor = RGBColor(0xd6, 0x27, 0x28);
 const MOVABLE: RGBColor = RGBColor(0x2c, 0xa0, 0x2c);
-const RECLAIMABLE: RGBColor = RGBColor(0xff, 0x9f, 0x1c);
+const RECLAIMABLE: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
+const HIGHATOMIC: RGBColor = RGBColor(0x94, 0x67, 0xbd);
+const ISOLATE: RGBColor = RGBColor(0x8c, 0x56, 0x4b);
 const UNKNOWN: RGBColor = RGBColor(0x70, 0x70, 0x70);
 const HOLE: RGBColor = RGBColor(0x30, 0x30, 0x30);
 const EDGE: RGBColor = RGBColor(0xc8, 0xc8, 0xc8);
 /// Share of colour kept by an all-but-empty pageblock, so one pinned page shows.
-const MIN_TINT: f64 = 0.3;
+const MIN_TINT: f64 = 0.4;
+/// Share of colour kept by a pageblock with nothing allocated in it.
+const FREE_TINT: f64 = 0.13;
 
 fn lerp_white(c: RGBColor, white_share: f64) -> RGBColor {
     let m = |v: u8| (f64::from(v) + (255.0 - f64::from(v)) * white_share).round() as u8;
     RGBColor(m(c.0), m(c.1), m(c.2))
 }
 
-/// The cell's colour and whether it holds more than one mobility.
-fn cell_colour(c: &Cell) -> (RGBColor, bool) {
+/// The colour of a migratetype (`None`: not known).
+fn mt_colour(mt: Option<Migratetype>) -> RGBColor {
+    match mt {
+        Some(Migratetype::Unmovable) => UNMOVABLE,
+        Some(Migratetype::Movable) => MOVABLE,
+        Some(Migratetype::Reclaimable) => RECLAIMABLE,
+        Some(Migratetype::HighAtomic) => HIGHATOMIC,
+        Some(Migratetype::Isolate) => ISOLATE,
+        None => UNKNOWN,
+    }
+}
+
+/// `base` shaded for a pageblock with `free` of `present` frames free.
+fn shade(base: RGBColor, free: u32, present: u32) -> RGBColor {
+    if free >= present {
+        return lerp_white(base, 1.0 - FREE_TINT);
+    }
+    let free_share = f64::from(free) / f64::from(present.max(1));
+    lerp_white(base, free_share * (1.0 - MIN_TINT))
+}
+
+/// The cell's colour and, for a mixed pageblock, the colour of its dot.
+fn cell_colour(c: &Cell) -> (RGBColor, Option<RGBColor>) {
     if c.present == 0 {
-        return (HOLE, false);
+        return (HOLE, None);
     }
-    let alloc = c.allocated();
-    if alloc == 0 {
-        return (WHITE, false);
-    }
-    let kinds = [
-        (c.owned[0], UNMOVABLE),
-        (c.owned[1], MOVABLE),
-        (c.owned[2], RECLAIMABLE),
-        (c.unknown(), UNKNOWN),
-    ];
-    let present_kinds = kinds.iter().filter(|k| k.0 > 0).count();
-    let base = kinds.iter().max_by_key(|k| k.0).map_or(UNKNOWN, |k| k.1);
-    let free_share = f64::from(c.free + c.pcp) / f64::from(c.present);
-    (
-        lerp_white(base, free_share * (1.0 - MIN_TINT)),
-        present_kinds > 1,
-    )
+    let colour = shade(mt_colour(c.migratetype), c.free + c.pcp, c.present);
+    (colour, c.main_foreign().map(|m| mt_colour(Some(m))))
 }
 
 // -----------------------------------------------------------------------------
@@ -253,10 +351,13 @@ pub struct MapOptions<'a> {
     pub title: String,
     /// The zone (default: the one holding the most allocated memory).
     pub zone: Option<ZoneId>,
-    /// Allocated blocks with their mobility, to colour by (see the module docs).
+    /// Allocated blocks with the mobility they asked for, to find mixed pageblocks
+    /// (see the module docs).
     pub owners: &'a [(Pfn, Order, Migratetype)],
     /// Pageblocks per row (default: about twice as many columns as rows).
     pub columns: Option<usize>,
+    /// Mark mixed pageblocks with a dot (default: true).
+    pub mark_mixed: bool,
 }
 
 impl Default for MapOptions<'_> {
@@ -266,8 +367,21 @@ impl Default for MapOptions<'_> {
             zone: None,
             owners: &[],
             columns: None,
+            mark_mixed: true,
         }
     }
+}
+
+/// What the drawing needs besides the map.
+struct Layout<'a> {
+    cols: usize,
+    rows: usize,
+    legend_w: u32,
+    title: &'a str,
+    /// Mixed pageblocks are marked (owners given and `mark_mixed`).
+    marks: bool,
+    owners_given: bool,
+    grouping: bool,
 }
 
 /// Draws `za`'s zone as a map of pageblocks into `path` (`.png` or `.svg`), and
@@ -296,59 +410,70 @@ pub fn render_zone_map(
     let cell = (960 / cols).clamp(2, 40) as u32;
     let plot_w = cell * cols as u32;
     let plot_h = cell * rows as u32;
-    let legend_w = 300;
+    let legend_w = 390;
     let w = plot_w + 120 + legend_w;
-    let h = (plot_h + 150).max(430);
+    let h = (plot_h + 150).max(560);
+    let lay = Layout {
+        cols,
+        rows,
+        legend_w,
+        title: &opts.title,
+        marks: opts.mark_mixed && !opts.owners.is_empty(),
+        owners_given: !opts.owners.is_empty(),
+        grouping: za.config().mobility_grouping,
+    };
     match path.extension().and_then(|x| x.to_str()) {
         Some("png") => {
             let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
-            draw_map(root, &map, cols, rows, legend_w, &opts.title)?;
+            draw_map(root, &map, &lay)?;
         }
         Some("svg") => {
             let root = SVGBackend::new(path, (w, h)).into_drawing_area();
-            draw_map(root, &map, cols, rows, legend_w, &opts.title)?;
+            draw_map(root, &map, &lay)?;
         }
         _ => return Err(MapError(format!("{}: use .png or .svg", path.display()))),
     }
     Ok(map)
 }
 
+/// A mixed pageblock's dot: `fill` with a black ring.
+fn dot<C: Copy>(at: C, r: i32, fill: RGBColor) -> [Circle<C, i32>; 2] {
+    [
+        Circle::new(at, r + 1, BLACK.filled()),
+        Circle::new(at, r, fill.filled()),
+    ]
+}
+
 fn draw_map<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     map: &ZoneMap,
-    cols: usize,
-    rows: usize,
-    legend_w: u32,
-    title: &str,
+    lay: &Layout<'_>,
 ) -> Result<(), MapError>
 where
     DB::ErrorType: 'static,
 {
+    let (cols, rows) = (lay.cols, lay.rows);
     root.fill(&WHITE).map_err(e)?;
     let (w, _) = root.dim_in_pixel();
-    let (left, right) = root.split_horizontally(w - legend_w);
+    let (left, right) = root.split_horizontally(w - lay.legend_w);
     let pb_mib = (map.pageblock_pages * 4096) >> 20;
     let row_mib = pb_mib * cols as u64;
     let free: u64 = map.cells.iter().map(|c| u64::from(c.free + c.pcp)).sum();
     let present: u64 = map.cells.iter().map(|c| u64::from(c.present)).sum();
-    let untouched = map
-        .cells
-        .iter()
-        .filter(|c| c.present > 0 && c.allocated() == 0)
-        .count();
-    let caption = format!(
-        "{title}\nzone {} from pfn {:#x}: {} pageblocks, {} fully free, {:.1}% of pages free",
+    let mixed = if lay.marks {
+        format!(", {} mixed", map.mixed_pageblocks())
+    } else {
+        String::new()
+    };
+    let subtitle = format!(
+        "zone {} from pfn {:#x}: {} pageblocks, {} with nothing allocated{mixed}, {:.1}% of pages free",
         map.zone.zone_type,
         map.start_pfn,
         map.cells.len(),
-        untouched,
+        map.free_pageblocks(),
         100.0 * free as f64 / present.max(1) as f64
     );
-    let mut lines = caption.lines();
-    let top = root
-        .titled(lines.next().unwrap_or(""), (FONT, 20))
-        .map_err(e)?;
-    let _ = top;
+    root.titled(lay.title, (FONT, 20)).map_err(e)?;
     let mut chart = ChartBuilder::on(&left)
         .margin(10)
         .margin_top(48)
@@ -375,7 +500,7 @@ where
     let cell_px = px as usize / cols.max(1);
     for (i, c) in map.cells.iter().enumerate() {
         let (x, y) = ((i % cols) as f64, (i / cols) as f64);
-        let (colour, mixed) = cell_colour(c);
+        let (colour, foreign) = cell_colour(c);
         area.draw(&Rectangle::new(
             [(x, y), (x + 1.0, y + 1.0)],
             colour.filled(),
@@ -388,21 +513,32 @@ where
             ))
             .map_err(e)?;
         }
-        if mixed {
-            let r = (cell_px as i32 / 6).max(1);
-            area.draw(&Circle::new((x + 0.5, y + 0.5), r, BLACK.filled()))
-                .map_err(e)?;
+        if let (Some(f), true) = (foreign, lay.marks) {
+            let r = (cell_px as i32 / 4).max(1);
+            for d in dot((x + 0.5, y + 0.5), r, f) {
+                area.draw(&d).map_err(e)?;
+            }
         }
     }
-    if let Some(sub) = lines.next() {
-        left.draw(&Text::new(
-            sub.to_string(),
-            (90, 30),
-            (FONT, 15).into_font().color(&BLACK),
-        ))
-        .map_err(e)?;
-    }
-    // Legend.
+    left.draw(&Text::new(
+        subtitle,
+        (90, 30),
+        (FONT, 15).into_font().color(&BLACK),
+    ))
+    .map_err(e)?;
+    draw_legend(&right, map, lay)?;
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+fn draw_legend<DB: DrawingBackend>(
+    right: &DrawingArea<DB, Shift>,
+    map: &ZoneMap,
+    lay: &Layout<'_>,
+) -> Result<(), MapError>
+where
+    DB::ErrorType: 'static,
+{
     let text = |s: &str, x: i32, y: i32, size: u32| {
         Text::new(
             s.to_string(),
@@ -410,69 +546,168 @@ where
             (FONT, size).into_font().color(&BLACK),
         )
     };
-    let mut y = 60;
-    right
-        .draw(&text("Allocated memory in the pageblock", 10, y, 15))
-        .map_err(e)?;
-    y += 26;
-    for (label, c) in [
-        ("Unmovable", UNMOVABLE),
-        ("Movable", MOVABLE),
-        ("Reclaimable", RECLAIMABLE),
-        ("allocated, mobility not named", UNKNOWN),
-    ] {
+    let swatch = |y: i32, c: RGBColor| -> Result<(), MapError> {
         right
-            .draw(&Rectangle::new([(12, y), (30, y + 18)], c.filled()))
+            .draw(&Rectangle::new([(12, y), (32, y + 20)], c.filled()))
             .map_err(e)?;
-        right.draw(&text(label, 40, y + 2, 14)).map_err(e)?;
-        y += 26;
+        right
+            .draw(&Rectangle::new(
+                [(12, y), (32, y + 20)],
+                EDGE.stroke_width(1),
+            ))
+            .map_err(e)
+    };
+    let mut y = 56;
+    right
+        .draw(&text("Colour: the pageblock's migratetype", 10, y, 15))
+        .map_err(e)?;
+    y += 24;
+    for mt in Migratetype::ALL {
+        swatch(y, mt_colour(Some(mt)))?;
+        let n = map.pageblocks_of(mt);
+        let label = format!(
+            "{} ({n} pageblock{})",
+            mt.name(),
+            if n == 1 { "" } else { "s" }
+        );
+        right.draw(&text(&label, 42, y + 3, 14)).map_err(e)?;
+        y += 25;
     }
+    let unread = map
+        .cells
+        .iter()
+        .filter(|c| c.present > 0 && c.migratetype.is_none())
+        .count();
+    if unread > 0 {
+        swatch(y, UNKNOWN)?;
+        right
+            .draw(&text(&format!("type not known ({unread})"), 42, y + 3, 14))
+            .map_err(e)?;
+        y += 25;
+    }
+    swatch(y, HOLE)?;
     right
-        .draw(&Rectangle::new([(12, y), (30, y + 18)], WHITE.filled()))
-        .map_err(e)?;
-    right
-        .draw(&Rectangle::new(
-            [(12, y), (30, y + 18)],
-            EDGE.stroke_width(1),
-        ))
-        .map_err(e)?;
-    right
-        .draw(&text("nothing allocated (all free)", 40, y + 2, 14))
-        .map_err(e)?;
-    y += 26;
-    right
-        .draw(&Rectangle::new([(12, y), (30, y + 18)], HOLE.filled()))
-        .map_err(e)?;
-    right
-        .draw(&text("hole (no memory)", 40, y + 2, 14))
-        .map_err(e)?;
-    y += 26;
-    right
-        .draw(&Circle::new((21, y + 9), 4, BLACK.filled()))
-        .map_err(e)?;
-    right
-        .draw(&text("mixed: more than one mobility", 40, y + 2, 14))
+        .draw(&text("hole (no memory)", 42, y + 3, 14))
         .map_err(e)?;
     y += 40;
     right
         .draw(&text("Shade: share of the pageblock free", 10, y, 15))
         .map_err(e)?;
     y += 24;
-    let steps = 10;
-    for i in 0..=steps {
-        let f = f64::from(i) / f64::from(steps);
-        let x0 = 12 + i * 22;
+    let steps = 10u32;
+    for base in [UNMOVABLE, MOVABLE, RECLAIMABLE] {
+        for i in 0..steps {
+            let x0 = 12 + i as i32 * 24;
+            let c = shade(base, i * 512 / steps, 512);
+            right
+                .draw(&Rectangle::new([(x0, y), (x0 + 24, y + 10)], c.filled()))
+                .map_err(e)?;
+        }
+        y += 10;
+    }
+    y += 4;
+    right.draw(&text("nothing free", 10, y, 13)).map_err(e)?;
+    right.draw(&text("90-99% free", 180, y, 13)).map_err(e)?;
+    y += 24;
+    for (i, base) in [UNMOVABLE, MOVABLE, RECLAIMABLE].into_iter().enumerate() {
+        let x0 = 12 + i as i32 * 8;
         right
             .draw(&Rectangle::new(
-                [(x0, y), (x0 + 22, y + 18)],
-                lerp_white(UNMOVABLE, f * (1.0 - MIN_TINT)).filled(),
+                [(x0, y), (x0 + 8, y + 20)],
+                shade(base, 512, 512).filled(),
             ))
             .map_err(e)?;
     }
-    y += 22;
-    right.draw(&text("0% free", 10, y, 13)).map_err(e)?;
-    right.draw(&text("99% free", 200, y, 13)).map_err(e)?;
-    root.present().map_err(e)?;
+    right
+        .draw(&Rectangle::new(
+            [(12, y), (36, y + 20)],
+            EDGE.stroke_width(1),
+        ))
+        .map_err(e)?;
+    right
+        .draw(&text(
+            "nothing allocated: a whole free pageblock",
+            44,
+            y + 3,
+            14,
+        ))
+        .map_err(e)?;
+    y += 40;
+    right
+        .draw(&text("Dot: mixed pageblock", 10, y, 15))
+        .map_err(e)?;
+    y += 24;
+    if lay.marks {
+        swatch(y, shade(MOVABLE, 256, 512))?;
+        for d in dot((22, y + 10), 5, UNMOVABLE) {
+            right.draw(&d).map_err(e)?;
+        }
+        right
+            .draw(&text("holds allocated memory of another", 42, y - 4, 14))
+            .map_err(e)?;
+        right
+            .draw(&text("mobility (here Unmovable pages in a", 42, y + 12, 14))
+            .map_err(e)?;
+        right
+            .draw(&text(
+                "Movable pageblock: fallback pollution)",
+                42,
+                y + 28,
+                14,
+            ))
+            .map_err(e)?;
+        y += 50;
+        right
+            .draw(&text(
+                "dot colour = that mobility (the largest if several),",
+                10,
+                y,
+                13,
+            ))
+            .map_err(e)?;
+        y += 17;
+        right
+            .draw(&text(
+                "as asked for by the allocations the caller named",
+                10,
+                y,
+                13,
+            ))
+            .map_err(e)?;
+        y += 17;
+    } else {
+        let why = if lay.owners_given {
+            "not marked in this picture"
+        } else {
+            "not marked: no allocation's mobility was given"
+        };
+        right.draw(&text(why, 10, y, 13)).map_err(e)?;
+        y += 17;
+    }
+    if !lay.grouping {
+        y += 12;
+        right
+            .draw(&text(
+                "Mobility grouping off: every request is served",
+                10,
+                y,
+                13,
+            ))
+            .map_err(e)?;
+        y += 17;
+        right
+            .draw(&text(
+                "as Unmovable, so types separate nothing (Linux's",
+                10,
+                y,
+                13,
+            ))
+            .map_err(e)?;
+        y += 17;
+        right
+            .draw(&text("page_group_by_mobility_disabled)", 10, y, 13))
+            .map_err(e)?;
+    }
     Ok(())
 }
 
@@ -637,24 +872,82 @@ mod tests {
         let c = m.cells[(p.0 / 512) as usize];
         assert_eq!(c.owned[0], 8);
         assert_eq!(c.unknown(), 0);
-        assert!(!cell_colour(&c).1);
+        // The fallback claimed the pageblock for the unmovable request: not mixed.
+        assert_eq!(c.migratetype, Some(Migratetype::Unmovable));
+        assert_eq!(c.migratetype, za.pageblock_migratetype(p));
+        assert!(!c.mixed());
+        assert_eq!(cell_colour(&c).1, None);
+        for (i, c) in m.cells.iter().enumerate() {
+            let pfn = m.start_pfn + i as u64 * m.pageblock_pages;
+            assert_eq!(c.migratetype, za.pageblock_migratetype(Pfn(pfn)), "{i}");
+        }
     }
 
     #[test]
-    fn shade_fades_with_free_share() {
+    fn shade_fades_with_free_share_and_free_pageblocks_stand_out() {
         let full = Cell {
             present: 512,
             owned: [512, 0, 0],
+            migratetype: Some(Migratetype::Unmovable),
             ..Cell::default()
         };
         let nearly_free = Cell {
             present: 512,
             free: 511,
             owned: [1, 0, 0],
-            ..Cell::default()
+            ..full
+        };
+        let empty = Cell {
+            present: 512,
+            free: 500,
+            pcp: 12,
+            owned: [0; 3],
+            ..full
         };
         assert_eq!(cell_colour(&full).0, UNMOVABLE);
         let c = cell_colour(&nearly_free).0;
         assert!(c.1 > UNMOVABLE.1 && c != WHITE);
+        let f = cell_colour(&empty).0;
+        assert!(f.1 > c.1 + 40 && f != WHITE, "{f:?} vs {c:?}");
+        let movable = Cell {
+            migratetype: Some(Migratetype::Movable),
+            ..full
+        };
+        assert_eq!(cell_colour(&movable).0, MOVABLE);
+        let hole = Cell::default();
+        assert_eq!(cell_colour(&hole), (HOLE, None));
+    }
+
+    #[test]
+    fn mixed_means_memory_of_another_mobility_than_the_pageblock() {
+        let movable = Cell {
+            present: 512,
+            free: 100,
+            owned: [0, 400, 0],
+            migratetype: Some(Migratetype::Movable),
+            ..Cell::default()
+        };
+        assert!(!movable.mixed());
+        let polluted = Cell {
+            owned: [3, 400, 9],
+            ..movable
+        };
+        assert!(polluted.mixed());
+        assert_eq!(polluted.foreign(), 12);
+        assert_eq!(polluted.main_foreign(), Some(Migratetype::Reclaimable));
+        assert_eq!(cell_colour(&polluted).1, Some(RECLAIMABLE));
+        // Unnamed memory never makes a block mixed; neither do the reserves.
+        let unnamed = Cell {
+            owned: [0; 3],
+            ..movable
+        };
+        assert!(!unnamed.mixed() && unnamed.unknown() == 412);
+        for mt in [Migratetype::HighAtomic, Migratetype::Isolate] {
+            let r = Cell {
+                migratetype: Some(mt),
+                ..polluted
+            };
+            assert!(!r.mixed() && r.main_foreign().is_none());
+        }
     }
 }
