@@ -189,3 +189,15 @@ pub struct Point {
     /// Largest sample.
     pub max: f64,
 }
+
+impl Point {
+    /// The point of `threads` threads summarising `samples`.
+    pub fn of(threads: usize, samples: &crate::harness::Samples) -> Point {
+        Point {
+            threads: threads as u32,
+            median: samples.median(),
+            min: samples.min(),
+            max: samples.max(),
+        }
+    }
+}

@@ -300,15 +300,7 @@ impl Experiment for PageFault1 {
                     ),
                     points: THREADS
                         .iter()
-                        .map(|&t| {
-                            let x = find(setup, t, p);
-                            Point {
-                                threads: t as u32,
-                                median: x.median(),
-                                min: x.min(),
-                                max: x.max(),
-                            }
-                        })
+                        .map(|&t| Point::of(t, find(setup, t, p)))
                         .collect(),
                 })
                 .collect(),

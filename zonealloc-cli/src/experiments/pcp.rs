@@ -362,18 +362,7 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             .iter()
             .map(|&on| Series {
                 name: format!("PCP {}", if on { "on" } else { "off" }),
-                points: THREADS
-                    .iter()
-                    .map(|&t| {
-                        let x = by(on, t);
-                        Point {
-                            threads: t as u32,
-                            median: x.median(),
-                            min: x.min(),
-                            max: x.max(),
-                        }
-                    })
-                    .collect(),
+                points: THREADS.iter().map(|&t| Point::of(t, by(on, t))).collect(),
             })
             .collect(),
     });

@@ -830,18 +830,7 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
             .iter()
             .map(|&id| Series {
                 name: id.threaded_name().into(),
-                points: THREADS
-                    .iter()
-                    .map(|&t| {
-                        let x = find(id, t);
-                        Point {
-                            threads: t as u32,
-                            median: x.median(),
-                            min: x.min(),
-                            max: x.max(),
-                        }
-                    })
-                    .collect(),
+                points: THREADS.iter().map(|&t| Point::of(t, find(id, t))).collect(),
             })
             .collect(),
     });
