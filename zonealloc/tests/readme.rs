@@ -73,7 +73,9 @@ fn readme_commands_are_the_ones_ci_runs() {
     // CI runs each, the main job possibly with more flags (`--check`, `--out`).
     for c in &commands {
         assert!(
-            CI_RUN.lines().any(|l| l.trim() == c || l.trim().starts_with(&format!("{c} "))),
+            CI_RUN
+                .lines()
+                .any(|l| l.trim() == c || l.trim().starts_with(&format!("{c} "))),
             ".ci/run does not run {c:?}"
         );
     }
