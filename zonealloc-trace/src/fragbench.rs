@@ -38,6 +38,7 @@
 //! at order 9 = share of free memory in blocks below order 9 (§8.5), measured just
 //! before each pass.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -195,28 +196,31 @@ fn gfp_for(mt: Migratetype) -> Gfp {
     }
 }
 
-struct ZoneSubject(ZoneAllocator);
+/// zonealloc as a benchmark subject, owned or borrowed (a replay's allocator).
+struct ZoneSubject<Z: Borrow<ZoneAllocator>>(Z);
 
-impl Subject for ZoneSubject {
+impl<Z: Borrow<ZoneAllocator>> Subject for ZoneSubject<Z> {
     fn alloc(&mut self, cpu: usize, mt: Migratetype, order: u8) -> Option<u64> {
         self.0
+            .borrow()
             .alloc_pages_on(cpu, gfp_for(mt), Order(order))
             .ok()
             .map(|p| p.0)
     }
     fn free(&mut self, cpu: usize, pfn: u64, order: u8) {
         self.0
+            .borrow()
             .free_pages_on(cpu, Pfn(pfn), Order(order))
             .expect("the benchmark frees only what it allocated");
     }
     fn settle(&mut self) {
-        self.0.drain_all_pages();
+        self.0.borrow().drain_all_pages();
     }
     fn buddyinfo(&self) -> Option<Vec<u64>> {
-        zone_buddyinfo(&self.0)
+        zone_buddyinfo(self.0.borrow())
     }
     fn zone_allocator(&self) -> Option<&ZoneAllocator> {
-        Some(&self.0)
+        Some(self.0.borrow())
     }
 }
 
@@ -793,32 +797,6 @@ pub fn peak_live_pages(records: &[Record]) -> u64 {
     peak
 }
 
-/// A `Subject` view of a replay's allocator (for the passes and pictures).
-struct ReplaySubject<'a>(&'a ZoneAllocator);
-
-impl Subject for ReplaySubject<'_> {
-    fn alloc(&mut self, cpu: usize, mt: Migratetype, order: u8) -> Option<u64> {
-        self.0
-            .alloc_pages_on(cpu, gfp_for(mt), Order(order))
-            .ok()
-            .map(|p| p.0)
-    }
-    fn free(&mut self, cpu: usize, pfn: u64, order: u8) {
-        self.0
-            .free_pages_on(cpu, Pfn(pfn), Order(order))
-            .expect("the benchmark frees only what it allocated");
-    }
-    fn settle(&mut self) {
-        self.0.drain_all_pages();
-    }
-    fn buddyinfo(&self) -> Option<Vec<u64>> {
-        zone_buddyinfo(self.0)
-    }
-    fn zone_allocator(&self) -> Option<&ZoneAllocator> {
-        Some(self.0)
-    }
-}
-
 fn trace_workload(
     path: &Path,
     o: &FragOptions,
@@ -872,7 +850,7 @@ fn trace_workload(
             })
             .collect();
         let under_load = {
-            let mut s = ReplaySubject(rp.allocator());
+            let mut s = ZoneSubject(rp.allocator());
             let (pass, got) = highalloc_pass(&mut s, nr_pages, start, &held);
             for &p in &got {
                 s.free(0, p, HIGHALLOC_ORDER);
@@ -893,7 +871,7 @@ fn trace_workload(
             charts: Vec::new(),
             samples,
         };
-        let mut s = ReplaySubject(rp.allocator());
+        let mut s = ZoneSubject(rp.allocator());
         let title = format!("{name}: trace replayed, movable memory freed");
         let samples = r.samples.clone();
         let pic = Picture {
