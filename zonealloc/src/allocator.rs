@@ -32,7 +32,8 @@ use crate::config::{Config, ConfigError};
 use crate::debug::{DebugState, FaultSite};
 use crate::error::{AllocError, FreeError};
 use crate::frame::{
-    FrameState, Word, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP, TAG_TAIL,
+    FrameState, Word, FLAG_FRAG, FLAG_GUARDED, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE,
+    TAG_PCP, TAG_TAIL,
 };
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{
@@ -132,7 +133,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     config.pageblock_order,
                     config.mobility_grouping,
                     config.nr_cpus,
-                ));
+                )?);
             }
             node_zones.push(nz);
         }
@@ -168,7 +169,7 @@ impl<B: Backend> ZoneAllocator<B> {
             backend,
             debug: DebugState::default(),
         };
-        za.setup_watermarks(za.config.min_free_kbytes);
+        za.setup_watermarks(za.config.min_free_kbytes)?;
         za.init_free_memory();
         Ok(za)
     }
@@ -195,7 +196,13 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Sets `min_free_kbytes` (`None`: Linux's default from the zone sizes) and
     /// recomputes every zone's watermarks and lowmem reserves
     /// (`__setup_per_zone_wmarks`, `setup_per_zone_lowmem_reserve`).
-    pub fn setup_watermarks(&mut self, min_free_kbytes: Option<u64>) {
+    ///
+    /// # Errors
+    /// `ConfigError::MinFreeKbytes` above `MIN_FREE_KBYTES_MAX`; nothing changes then.
+    pub fn setup_watermarks(&mut self, min_free_kbytes: Option<u64>) -> Result<(), ConfigError> {
+        if let Some(m) = min_free_kbytes.filter(|&m| m > crate::config::MIN_FREE_KBYTES_MAX) {
+            return Err(ConfigError::MinFreeKbytes(m));
+        }
         let kib_per_page = self.config.page_size() / 1024;
         let lowmem_pages: u64 = self
             .zones
@@ -204,8 +211,8 @@ impl<B: Backend> ZoneAllocator<B> {
             .map(|z| z.managed)
             .sum();
         let mfk = min_free_kbytes.unwrap_or_else(|| {
-            let lowmem_kbytes = lowmem_pages * kib_per_page;
-            isqrt(lowmem_kbytes * 16).clamp(128, 262_144)
+            let lowmem_kbytes = lowmem_pages.saturating_mul(kib_per_page);
+            isqrt(lowmem_kbytes.saturating_mul(16)).clamp(128, 262_144)
         });
         self.min_free_kbytes = mfk;
         let pages_min = mfk * 1024 / self.config.page_size();
@@ -246,6 +253,7 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         self.zone_pcp_update();
+        Ok(())
     }
 
     /// `zone_set_pageset_high_and_batch()` for every zone and CPU.
@@ -355,7 +363,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `InvalidOrder` above `max_order`; `NoMemory` if no eligible zone can serve it.
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order)
+        self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, 0)
     }
 
     /// As `alloc_pages`, using CPU `cpu`'s per-CPU lists (taken modulo `nr_cpus`).
@@ -365,7 +373,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// As `alloc_pages`.
     #[inline]
     pub fn alloc_pages_on(&self, cpu: usize, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node_on(self.cpu_index(cpu), 0, gfp, order)
+        self.alloc_pages_node_on(self.cpu_index(cpu), 0, gfp, order, 0)
     }
 
     /// The CPU whose per-CPU lists this thread uses now.
@@ -393,16 +401,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// As `alloc_pages`, and `InvalidNode` for a node that does not exist.
     pub fn alloc_pages_node(&self, nid: u16, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node_on(self.current_cpu(), nid, gfp, order)
+        self.alloc_pages_node_on(self.current_cpu(), nid, gfp, order, 0)
     }
 
     /// The allocation path: fast pass, slow pass, drain and unreserve, last pass.
+    /// The block's head is published with `head_flags` (`FLAG_GUARDED` for a guard).
     fn alloc_pages_node_on(
         &self,
         cpu: usize,
         nid: u16,
         gfp: Gfp,
         order: Order,
+        head_flags: u8,
     ) -> Result<Pfn, AllocError> {
         if self.should_fail(FaultSite::Alloc) {
             return Err(AllocError::NoMemory { order });
@@ -428,6 +438,7 @@ impl<B: Backend> ZoneAllocator<B> {
             highest,
             mt: gfp.migratetype(),
             first,
+            head_flags,
         };
         let mut fast = AllocFlags::fast(gfp, order.0);
         if self.nofragment(&req) {
@@ -512,7 +523,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 .rmqueue_pcplist(z, req, flags)
                 .or_else(|| self.rmqueue_buddy(z, req, flags))?;
             if self.alloc_check(z, pfn, order) {
-                self.prep_new_page(z, pfn, order, req.gfp, req.mt);
+                self.prep_new_page(z, pfn, order, req.gfp, req.mt, req.head_flags);
                 return Some(pfn);
             }
         }
@@ -568,11 +579,13 @@ impl<B: Backend> ZoneAllocator<B> {
         order: Order,
         gfp: Gfp,
         mt: Migratetype,
+        head_flags: u8,
     ) {
         if gfp.contains(Gfp::ZERO) {
             self.backend.zero_pages(pfn, order.nr_pages());
         }
-        z.frames.set_word(z.idx(pfn), Word::alloc(order, mt));
+        z.frames
+            .set_word(z.idx(pfn), Word::alloc_flagged(order, mt, head_flags));
     }
 
     /// Releases one highatomic pageblock in the request's zones.
@@ -594,18 +607,11 @@ impl<B: Backend> ZoneAllocator<B> {
     ///
     /// # Errors
     /// A `FreeError` if `pfn` is not the head of an allocated block of exactly this
-    /// order; nothing is changed then.
+    /// order, or the block belongs to a live `PageBlock` (`Guarded`); nothing is
+    /// changed then.
     #[inline]
     pub fn free_pages(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        if order > self.config.max_order {
-            return Err(FreeError::InvalidOrder(order));
-        }
-        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        if !pfn.is_aligned(order) {
-            return Err(FreeError::Misaligned { pfn, order });
-        }
-        self.put_and_free(z, pfn, Some(order), Via::Cpu(self.current_cpu()))
-            .map(|_| ())
+        self.free_pages_by(self.current_cpu(), pfn, order, Holder::Raw)
     }
 
     /// As `free_pages`, freeing to CPU `cpu`'s lists (taken modulo `nr_cpus`).
@@ -613,6 +619,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// As `free_pages`.
     pub fn free_pages_on(&self, cpu: usize, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        self.free_pages_by(self.cpu_index(cpu), pfn, order, Holder::Raw)
+    }
+
+    /// `free_pages` on behalf of `by`, to CPU `cpu`'s lists.
+    #[inline]
+    pub(crate) fn free_pages_by(
+        &self,
+        cpu: usize,
+        pfn: Pfn,
+        order: Order,
+        by: Holder,
+    ) -> Result<(), FreeError> {
         if order > self.config.max_order {
             return Err(FreeError::InvalidOrder(order));
         }
@@ -620,7 +638,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if !pfn.is_aligned(order) {
             return Err(FreeError::Misaligned { pfn, order });
         }
-        self.put_and_free(z, pfn, Some(order), Via::Cpu(self.cpu_index(cpu)))
+        self.put_and_free(z, pfn, Some(order), Via::Cpu(cpu), by)
             .map(|_| ())
     }
 
@@ -631,17 +649,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// A `FreeError` if `pfn` is not the head of an allocated block.
     pub fn put_page(&self, pfn: Pfn) -> Result<bool, FreeError> {
         let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        self.put_and_free(z, pfn, None, Via::Cpu(self.current_cpu()))
+        self.put_and_free(z, pfn, None, Via::Cpu(self.current_cpu()), Holder::Raw)
     }
 
     /// Changes the state word of the allocated block headed by `pfn` with one
     /// compare-and-swap: `f` maps the current word (always an allocated head) to
     /// the new one or refuses. Returns the old and new words.
     #[inline]
-    fn update_head(
+    pub(crate) fn update_head(
         &self,
         z: &Zone,
         pfn: Pfn,
+        by: Holder,
         f: impl Fn(Word) -> Result<Word, FreeError>,
     ) -> Result<(Word, Word), FreeError> {
         let idx = z.idx(pfn);
@@ -649,6 +668,14 @@ impl<B: Backend> ZoneAllocator<B> {
         loop {
             if w.tag() != TAG_ALLOC {
                 return Err(self.classify(z, pfn, w));
+            }
+            // A guarded block answers to its guard alone, and a guard only to it; a
+            // page_frag cache's block answers to the fragment paths alone.
+            if (w.flags() & FLAG_GUARDED != 0) != (by == Holder::Guard) {
+                return Err(FreeError::Guarded(pfn));
+            }
+            if w.flags() & FLAG_FRAG != 0 && by != Holder::Frag {
+                return Err(FreeError::Busy(pfn));
             }
             let new = f(w)?;
             match z.frames.cas_word(idx, w, new) {
@@ -667,49 +694,41 @@ impl<B: Backend> ZoneAllocator<B> {
         pfn: Pfn,
         order: Option<Order>,
         via: Via,
+        by: Holder,
     ) -> Result<bool, FreeError> {
-        let (old, new) = self.update_head(z, pfn, |w| {
+        let (old, new) = self.update_head(z, pfn, by, |w| {
             let actual = w.order();
             match order {
                 Some(given) if given != actual => Err(FreeError::WrongOrder { pfn, given, actual }),
                 _ if w.refcount() <= 1 => Ok(Word::frozen(actual)),
-                _ => Ok(w.with_refcount(w.refcount() - 1)),
+                // A guard gives the block back to the raw API with its last drop.
+                _ => Ok(w
+                    .with_refcount(w.refcount() - 1)
+                    .with_flags(w.flags() & !FLAG_GUARDED)),
             }
         })?;
         let last = new.tag() == TAG_FROZEN;
         if last {
-            self.free_prepare(pfn, old.order());
-            match via {
-                Via::Cpu(cpu) => self.free_frozen(z, pfn, old.order(), cpu),
-                Via::Zone => self.free_one_page(z, pfn, old.order()),
-            }
+            self.release_frozen(z, pfn, old.order(), via);
         }
         Ok(last)
     }
 
-    /// Subtracts `nr` references from the block headed by `pfn`; if that leaves
-    /// none, the count becomes `reset` instead and the caller keeps the block
-    /// (`page_ref_sub_and_test` followed by `set_page_count`, as page_frag recycles
-    /// a page). Returns whether the count reached zero.
-    pub(crate) fn page_ref_sub_or_reset(
-        &self,
-        pfn: Pfn,
-        nr: u32,
-        reset: u32,
-    ) -> Result<bool, FreeError> {
-        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        let (old, _) = self.update_head(z, pfn, |w| match w.refcount().checked_sub(nr) {
-            Some(0) => Ok(w.with_refcount(reset)),
-            Some(r) => Ok(w.with_refcount(r)),
-            None => Err(FreeError::AlreadyFree(pfn)),
-        })?;
-        Ok(old.refcount() == nr)
+    /// Frees a block whose last reference the caller dropped (its head is `Frozen`
+    /// and the caller owns it) through `via`, after the debug modes' free hooks.
+    #[inline]
+    pub(crate) fn release_frozen(&self, z: &Zone, pfn: Pfn, order: Order, via: Via) {
+        self.free_prepare(pfn, order);
+        match via {
+            Via::Cpu(cpu) => self.free_frozen(z, pfn, order, cpu),
+            Via::Zone => self.free_one_page(z, pfn, order),
+        }
     }
 
     /// Adds `nr` references to the block headed by `pfn` (`page_ref_add`).
     pub(crate) fn page_ref_add(&self, pfn: Pfn, nr: u32) -> Result<(), FreeError> {
         let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        self.update_head(z, pfn, |w| {
+        self.update_head(z, pfn, Holder::Raw, |w| {
             let r = w
                 .refcount()
                 .checked_add(nr)
@@ -837,7 +856,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if !pfn.is_aligned(order) {
             return Err(FreeError::Misaligned { pfn, order });
         }
-        let (old, _) = self.update_head(z, pfn, |w| {
+        let (old, _) = self.update_head(z, pfn, Holder::Raw, |w| {
             if w.order() != order {
                 return Err(FreeError::WrongOrder {
                     pfn,
@@ -934,8 +953,35 @@ impl<B: Backend> ZoneAllocator<B> {
         gfp: Gfp,
         order: Order,
     ) -> Result<crate::owned::PageBlock<'_, B>, AllocError> {
-        let pfn = self.alloc_pages(gfp, order)?;
+        let pfn = self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, FLAG_GUARDED)?;
         Ok(crate::owned::PageBlock::new(self, pfn, order))
+    }
+
+    /// Sets or clears `FLAG_GUARDED` on the allocated block of `order` at `pfn`, which
+    /// must be in the opposite state (and, to become guarded, carry no other flag).
+    pub(crate) fn set_guarded(&self, pfn: Pfn, order: Order, on: bool) -> Result<(), FreeError> {
+        if order > self.config.max_order {
+            return Err(FreeError::InvalidOrder(order));
+        }
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        if !pfn.is_aligned(order) {
+            return Err(FreeError::Misaligned { pfn, order });
+        }
+        let by = if on { Holder::Raw } else { Holder::Guard };
+        self.update_head(z, pfn, by, |w| {
+            if w.order() != order {
+                return Err(FreeError::WrongOrder {
+                    pfn,
+                    given: order,
+                    actual: w.order(),
+                });
+            }
+            if on && w.flags() != 0 {
+                return Err(FreeError::Busy(pfn));
+            }
+            Ok(w.with_flags(w.flags() ^ FLAG_GUARDED))
+        })
+        .map(|_| ())
     }
 
     /// Watermarks of zone `id` as `[min, low, high, promo]` pages.
@@ -956,6 +1002,16 @@ impl<B: Backend> ZoneAllocator<B> {
             .iter()
             .map(|z| (z.id, Pfn(z.start_pfn), z.spanned, z.present))
     }
+}
+
+/// Who changes a block's head word: a caller of the raw pfn API, or the `PageBlock`
+/// guard that owns the block (`FLAG_GUARDED`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Holder {
+    Raw,
+    Guard,
+    /// The page_frag paths, for blocks a cache carves (`FLAG_FRAG`) and fragments.
+    Frag,
 }
 
 /// Where a block whose last reference was dropped goes.
@@ -993,6 +1049,8 @@ struct Request {
     mt: Migratetype,
     /// The preferred zone: first eligible zone of the zonelist.
     first: usize,
+    /// Flags the allocated head is published with.
+    head_flags: u8,
 }
 
 /// Integer square root (`int_sqrt`), by Newton's method.

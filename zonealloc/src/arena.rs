@@ -1,18 +1,18 @@
 //! The real-memory backend: an mmap'd arena whose frames a program can write to.
 //!
 //! Part of the crate's small unsafe island (with the prefetch hint in `frame`): this
-//! module owns one mapping covering every frame of the configuration,
-//! `[lowest start_pfn, highest end_pfn)`, and turns frame numbers into pointers into
-//! it. Frames in holes are mapped but never handed out, so they cost no physical
-//! memory. The mapping is released when the arena is dropped, which happens only
-//! after the allocator that owns it is gone.
+//! module owns one mapping per run of frames that the configuration's zones cover
+//! (adjacent zones share a run; the gaps between distant zones are not mapped), and
+//! turns frame numbers into pointers into them. Frames in holes are mapped but never
+//! handed out, so they cost no physical memory. The mappings are released when the
+//! arena is dropped, which happens only after the allocator that owns it is gone.
 //!
 //! # Two kinds of arena
 //!
 //! By default the mapping is anonymous and private. With `ArenaOptions::memfd` the
 //! frames live in a memfd (`memfd_create`, a shmem file sized to the arena) mapped
-//! `MAP_SHARED`: frame `pfn` is then the file page at offset
-//! `(pfn - first_pfn) << page_shift`, and the same frame can be mapped a second
+//! `MAP_SHARED`: frame `pfn` is then the file page at `Arena::file_offset(pfn)`
+//! (the zones' runs of frames one after another), and the same frame can be mapped a second
 //! time at another address. That is what vmalloc needs to make scattered frames
 //! appear as one contiguous virtual range, as the kernel's page tables do:
 //! an `ArenaWindow` reserves a `PROT_NONE` range and maps runs of frames into it
@@ -58,13 +58,32 @@ pub struct ArenaOptions {
     pub memfd: bool,
 }
 
-/// An anonymous memory mapping backing the allocator's frames.
-#[derive(Debug)]
-pub struct Arena {
-    base: NonNull<u8>,
-    len: usize,
+/// One run of consecutive frames that zones cover, mapped in one piece.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
     first_pfn: u64,
     nr_frames: u64,
+    /// Address of `first_pfn`'s page.
+    base: NonNull<u8>,
+    /// Offset of `first_pfn`'s page in the memfd (memfd mode; 0 otherwise).
+    file_off: u64,
+}
+
+impl Segment {
+    fn bytes(&self, page_shift: u8) -> usize {
+        (self.nr_frames << page_shift) as usize
+    }
+}
+
+/// The memory backing the allocator's frames: one mapping per run of frames that the
+/// configuration's zones cover, so a sparse layout (zones far apart in frame
+/// numbers) maps only its zones, never the gaps between them.
+#[derive(Debug)]
+pub struct Arena {
+    /// Sorted by `first_pfn`; no two touch (touching runs are merged into one).
+    segs: alloc::boxed::Box<[Segment]>,
+    /// Bytes mapped, all segments together.
+    len: usize,
     page_shift: u8,
     /// The file behind the frames, in memfd mode.
     memfd: Option<OwnedFd>,
@@ -76,134 +95,130 @@ unsafe impl Send for Arena {}
 // SAFETY: as above; `&Arena` only hands out addresses.
 unsafe impl Sync for Arena {}
 
+/// The runs of frames `config`'s zones cover, as `(first_pfn, nr_frames)`, sorted,
+/// touching runs merged. `None` if the bytes of a run do not fit in `usize`.
+fn frame_runs(config: &Config) -> Option<alloc::vec::Vec<(u64, u64)>> {
+    let mut runs: alloc::vec::Vec<(u64, u64)> = config
+        .nodes
+        .iter()
+        .flat_map(|n| n.zones.iter())
+        .filter(|z| z.spanned_pages > 0)
+        .map(|z| (z.start_pfn.0, z.spanned_pages))
+        .collect();
+    runs.sort_unstable();
+    let mut merged: alloc::vec::Vec<(u64, u64)> = alloc::vec::Vec::new();
+    for (s, n) in runs {
+        match merged.last_mut() {
+            Some((ls, ln)) if *ls + *ln == s => *ln += n,
+            _ => merged.push((s, n)),
+        }
+    }
+    for &(_, n) in &merged {
+        usize::try_from(n.checked_mul(1u64 << config.page_shift)?).ok()?;
+    }
+    Some(merged)
+}
+
 impl Arena {
-    /// Maps an arena for every frame of `config`.
+    /// Maps an arena for every frame of `config`'s zones.
     ///
     /// # Errors
-    /// `ConfigError::Backend` if the mapping fails (size or address space).
+    /// `ConfigError::NoMemory` without zones; `ConfigError::Backend` if a mapping
+    /// fails or does not fit in the address space.
     pub fn new(config: &Config, opts: ArenaOptions) -> Result<Arena, ConfigError> {
-        let (lo, hi) = config
-            .nodes
-            .iter()
-            .flat_map(|n| n.zones.iter())
-            .filter(|z| z.spanned_pages > 0)
-            .fold((u64::MAX, 0u64), |(lo, hi), z| {
-                (lo.min(z.start_pfn.0), hi.max(z.end_pfn().0))
-            });
-        if lo >= hi {
+        let runs = frame_runs(config).ok_or(ConfigError::Backend)?;
+        if runs.is_empty() {
             return Err(ConfigError::NoMemory);
         }
-        let nr_frames = hi - lo;
-        let len =
-            usize::try_from(nr_frames << config.page_shift).map_err(|_| ConfigError::Backend)?;
+        let shift = config.page_shift;
+        let len = runs
+            .iter()
+            .try_fold(0usize, |acc, &(_, n)| {
+                acc.checked_add((n << shift) as usize)
+            })
+            .ok_or(ConfigError::Backend)?;
         let memfd = if opts.memfd {
             Some(create_memfd(len)?)
         } else {
             None
         };
-        let mut flags = libc::MAP_NORESERVE;
-        flags |= if memfd.is_some() {
-            libc::MAP_SHARED
-        } else {
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
-        };
-        if opts.populate {
-            flags |= libc::MAP_POPULATE;
-        }
-        let fd = memfd.as_ref().map_or(-1, AsRawFd::as_raw_fd);
-        // Frame addresses are aligned like frame numbers up to the largest block: a
-        // block of order `max_order` at an aligned pfn is aligned in memory too (for
-        // huge pages and for callers that rely on natural alignment). Reserve enough
-        // address space to choose such a start, map there, give back the slack.
-        let align = (1usize << config.page_shift) << config.max_order.0;
-        let phase = (lo as usize).wrapping_shl(u32::from(config.page_shift)) & (align - 1);
-        let reserve_len = len.checked_add(align).ok_or(ConfigError::Backend)?;
-        // SAFETY: a fresh inaccessible reservation at an address of the kernel's
-        // choosing aliases no Rust object.
-        let r = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                reserve_len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if r == libc::MAP_FAILED {
-            return Err(ConfigError::Backend);
-        }
-        let r = r as usize;
-        let start = (r.wrapping_sub(phase)).next_multiple_of(align) + phase;
-        let start = if start < r { start + align } else { start };
-        // SAFETY: `[start, start + len)` lies inside the reservation just made
-        // (`start - r < align`), which nothing else uses, so MAP_FIXED replaces only
-        // our own inaccessible pages.
-        let p = unsafe {
-            libc::mmap(
-                start as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags | libc::MAP_FIXED,
-                fd,
-                0,
-            )
-        };
-        // SAFETY: unmapping the unused head and tail of our own reservation.
-        unsafe {
-            if start > r {
-                libc::munmap(r as *mut libc::c_void, start - r);
-            }
-            let end = start + len;
-            if r + reserve_len > end {
-                libc::munmap(end as *mut libc::c_void, r + reserve_len - end);
-            }
-        }
-        if p == libc::MAP_FAILED {
-            // SAFETY: the middle of the reservation, still ours.
-            unsafe { libc::munmap(start as *mut libc::c_void, len) };
-            return Err(ConfigError::Backend);
-        }
-        if opts.huge_pages {
-            // SAFETY: advice on the mapping just created; failure only means no THP.
-            unsafe {
-                libc::madvise(p, len, libc::MADV_HUGEPAGE);
-            }
-        }
-        Ok(Arena {
-            base: NonNull::new(p.cast::<u8>()).ok_or(ConfigError::Backend)?,
+        let mut arena = Arena {
+            segs: alloc::boxed::Box::new([]),
             len,
-            first_pfn: lo,
-            nr_frames,
-            page_shift: config.page_shift,
+            page_shift: shift,
             memfd,
-        })
+        };
+        let mut segs = alloc::vec::Vec::with_capacity(runs.len());
+        let mut file_off = 0u64;
+        for (first_pfn, nr_frames) in runs {
+            let bytes = (nr_frames << shift) as usize;
+            let base = match map_run(&arena, config, first_pfn, bytes, file_off, opts) {
+                Ok(b) => b,
+                Err(e) => {
+                    // Unmap what was mapped so far (Drop does it).
+                    arena.segs = segs.into_boxed_slice();
+                    return Err(e);
+                }
+            };
+            segs.push(Segment {
+                first_pfn,
+                nr_frames,
+                base,
+                file_off,
+            });
+            file_off += bytes as u64;
+        }
+        arena.segs = segs.into_boxed_slice();
+        Ok(arena)
     }
 
     /// The memfd behind the frames, if the arena was created with
-    /// `ArenaOptions::memfd`. Frame `pfn` is at file offset
-    /// `(pfn - first_pfn) << page_shift`.
+    /// `ArenaOptions::memfd`. Frame `pfn` is at `file_offset(pfn)`.
     pub fn memfd(&self) -> Option<BorrowedFd<'_>> {
         use std::os::fd::AsFd;
         self.memfd.as_ref().map(|f| f.as_fd())
     }
 
+    /// The offset of frame `pfn`'s page in the memfd (memfd mode), or in the
+    /// concatenation of the arena's mappings: the zones' runs of frames, lowest first.
+    pub fn file_offset(&self, pfn: Pfn) -> Option<u64> {
+        let s = self.segment(pfn.0)?;
+        Some(s.file_off + ((pfn.0 - s.first_pfn) << self.page_shift))
+    }
+
     /// The first frame of the arena (the lowest `start_pfn` of the configuration).
     pub fn first_pfn(&self) -> Pfn {
-        Pfn(self.first_pfn)
+        Pfn(self.segs.first().map_or(0, |s| s.first_pfn))
     }
 
-    /// Frames covered, holes included.
+    /// Frames mapped: every frame of every zone, holes included, and none between
+    /// zones.
     pub fn nr_frames(&self) -> u64 {
-        self.nr_frames
+        self.segs.iter().map(|s| s.nr_frames).sum()
     }
 
-    /// The bytes of frames `[pfn, pfn + nr)`, clamped to the arena: a pointer into
-    /// the mapping and a length that stays inside it.
+    /// The segment holding frame `pfn`.
+    #[inline]
+    fn segment(&self, pfn: u64) -> Option<&Segment> {
+        let s = if self.segs.len() == 1 {
+            &self.segs[0]
+        } else {
+            let i = self
+                .segs
+                .partition_point(|s| s.first_pfn <= pfn)
+                .checked_sub(1)?;
+            &self.segs[i]
+        };
+        (pfn.wrapping_sub(s.first_pfn) < s.nr_frames).then_some(s)
+    }
+
+    /// The bytes of frames `[pfn, pfn + nr)`, clamped to `pfn`'s run of frames: a
+    /// pointer into the mapping and a length that stays inside it.
     fn frames_bytes(&self, pfn: Pfn, nr: u64) -> Option<(*mut u8, usize)> {
+        let s = self.segment(pfn.0)?;
+        let i = pfn.0 - s.first_pfn;
+        let nr = nr.min(s.nr_frames - i);
         let p = self.page_address(pfn)?;
-        let i = pfn.0 - self.first_pfn;
-        let nr = nr.min(self.nr_frames - i);
         Some((p.as_ptr(), (nr << self.page_shift) as usize))
     }
 
@@ -213,28 +228,110 @@ impl Arena {
     }
 
     /// The frame whose page contains `addr`, if it lies in the arena.
-    pub fn initially_zero(&self) -> bool {
-        true
-    }
-
     fn pfn_of_addr(&self, addr: *const u8) -> Option<Pfn> {
-        let off = (addr as usize).checked_sub(self.base.as_ptr() as usize)?;
-        (off < self.len).then(|| Pfn(self.first_pfn + (off >> self.page_shift) as u64))
+        let a = addr as usize;
+        self.segs.iter().find_map(|s| {
+            let off = a.checked_sub(s.base.as_ptr() as usize)?;
+            (off < s.bytes(self.page_shift))
+                .then(|| Pfn(s.first_pfn + (off >> self.page_shift) as u64))
+        })
     }
 }
 
-// SAFETY: every frame of `[first_pfn, first_pfn + nr_frames)` maps to its own
-// `1 << page_shift` bytes of the mapping, in frame order, for the arena's lifetime.
+/// Maps `bytes` for the run of frames from `first_pfn` (at `file_off` of the memfd in
+/// memfd mode), at an address aligned like the frame numbers up to the largest
+/// block, so that a block of order `max_order` at an aligned pfn is aligned in memory
+/// too (for huge pages and for callers that rely on natural alignment).
+fn map_run(
+    arena: &Arena,
+    config: &Config,
+    first_pfn: u64,
+    bytes: usize,
+    file_off: u64,
+    opts: ArenaOptions,
+) -> Result<NonNull<u8>, ConfigError> {
+    let mut flags = libc::MAP_NORESERVE;
+    flags |= if arena.memfd.is_some() {
+        libc::MAP_SHARED
+    } else {
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
+    };
+    if opts.populate {
+        flags |= libc::MAP_POPULATE;
+    }
+    let fd = arena.memfd.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+    let file_off = libc::off_t::try_from(file_off).map_err(|_| ConfigError::Backend)?;
+    // Reserve enough address space to choose an aligned start, map there, give back
+    // the slack.
+    let align = (1usize << config.page_shift) << config.max_order.0;
+    let phase = (first_pfn as usize).wrapping_shl(u32::from(config.page_shift)) & (align - 1);
+    let reserve_len = bytes.checked_add(align).ok_or(ConfigError::Backend)?;
+    // SAFETY: a fresh inaccessible reservation at an address of the kernel's choosing
+    // aliases no Rust object.
+    let r = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            reserve_len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if r == libc::MAP_FAILED {
+        return Err(ConfigError::Backend);
+    }
+    let r = r as usize;
+    let start = (r.wrapping_sub(phase)).next_multiple_of(align) + phase;
+    let start = if start < r { start + align } else { start };
+    // SAFETY: `[start, start + bytes)` lies inside the reservation just made
+    // (`start - r < align`), which nothing else uses, so MAP_FIXED replaces only our
+    // own inaccessible pages.
+    let p = unsafe {
+        libc::mmap(
+            start as *mut libc::c_void,
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags | libc::MAP_FIXED,
+            fd,
+            file_off,
+        )
+    };
+    // SAFETY: unmapping the unused head and tail of our own reservation.
+    unsafe {
+        if start > r {
+            libc::munmap(r as *mut libc::c_void, start - r);
+        }
+        let end = start + bytes;
+        if r + reserve_len > end {
+            libc::munmap(end as *mut libc::c_void, r + reserve_len - end);
+        }
+    }
+    if p == libc::MAP_FAILED {
+        // SAFETY: the middle of the reservation, still ours.
+        unsafe { libc::munmap(start as *mut libc::c_void, bytes) };
+        return Err(ConfigError::Backend);
+    }
+    if opts.huge_pages {
+        // SAFETY: advice on the mapping just created; failure only means no THP.
+        unsafe {
+            libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
+        }
+    }
+    NonNull::new(p.cast::<u8>()).ok_or(ConfigError::Backend)
+}
+
+// SAFETY: every frame of each segment `[first_pfn, first_pfn + nr_frames)` maps to
+// its own `1 << page_shift` bytes of that segment's mapping, in frame order, for the
+// arena's lifetime; segments do not overlap, and frames outside them have no address.
 unsafe impl Backend for Arena {
     #[inline]
     fn page_address(&self, pfn: Pfn) -> Option<NonNull<u8>> {
-        let i = pfn.0.checked_sub(self.first_pfn)?;
-        if i >= self.nr_frames {
-            return None;
-        }
-        // SAFETY: `i < nr_frames`, so the offset stays inside the mapping of
-        // `nr_frames << page_shift` bytes.
-        Some(unsafe { self.base.add((i << self.page_shift) as usize) })
+        let s = self.segment(pfn.0)?;
+        let i = pfn.0 - s.first_pfn;
+        // SAFETY: `i < nr_frames` (checked by `segment`), so the offset stays inside
+        // the segment's mapping of `nr_frames << page_shift` bytes.
+        Some(unsafe { s.base.add((i << self.page_shift) as usize) })
     }
 
     fn zero_pages(&self, pfn: Pfn, nr: u64) {
@@ -258,6 +355,10 @@ unsafe impl Backend for Arena {
         s.iter().position(|&b| b != byte).map(|i| (i, s[i]))
     }
 
+    fn initially_zero(&self) -> bool {
+        true
+    }
+
     fn page_size(&self) -> Option<usize> {
         Some(1 << self.page_shift)
     }
@@ -269,11 +370,13 @@ unsafe impl Backend for Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping created in `new`; the arena is dropped
-        // only with its allocator, so no block of it is still handed out through the
-        // allocator's API.
-        unsafe {
-            libc::munmap(self.base.as_ptr().cast(), self.len);
+        for s in self.segs.iter() {
+            // SAFETY: unmaps exactly a mapping created in `new`; the arena is dropped
+            // only with its allocator, so no block of it is still handed out through
+            // the allocator's API.
+            unsafe {
+                libc::munmap(s.base.as_ptr().cast(), s.bytes(self.page_shift));
+            }
         }
     }
 }
@@ -318,8 +421,8 @@ pub(crate) struct ArenaWindow {
     base: NonNull<u8>,
     len: usize,
     fd: OwnedFd,
-    first_pfn: u64,
-    nr_frames: u64,
+    /// The arena's runs of frames as `(first_pfn, nr_frames, file_off)`.
+    runs: alloc::boxed::Box<[(u64, u64, u64)]>,
     page_shift: u8,
 }
 
@@ -388,8 +491,11 @@ impl ArenaWindow {
             base: NonNull::new(base as *mut u8).ok_or(None)?,
             len,
             fd,
-            first_pfn: arena.first_pfn,
-            nr_frames: arena.nr_frames,
+            runs: arena
+                .segs
+                .iter()
+                .map(|s| (s.first_pfn, s.nr_frames, s.file_off))
+                .collect(),
             page_shift: arena.page_shift,
         })
     }
@@ -421,11 +527,17 @@ impl ArenaWindow {
     /// writes through the window land in the frames.
     pub(crate) fn map(&self, offset: usize, pfn: Pfn, nr: u64) -> Result<(), WindowError> {
         let (addr, bytes) = self.range(offset, nr).ok_or(None)?;
-        let i = pfn.0.checked_sub(self.first_pfn).ok_or(None)?;
-        if i.checked_add(nr).ok_or(None)? > self.nr_frames {
+        // The frames must lie in one run of the arena, where the file is contiguous.
+        let &(first, nr_run, run_off) = self
+            .runs
+            .iter()
+            .find(|&&(f, n, _)| pfn.0.wrapping_sub(f) < n)
+            .ok_or(None)?;
+        let i = pfn.0 - first;
+        if i.checked_add(nr).ok_or(None)? > nr_run {
             return Err(None);
         }
-        let file_off = libc::off_t::try_from(i << self.page_shift).map_err(|_| None)?;
+        let file_off = libc::off_t::try_from(run_off + (i << self.page_shift)).map_err(|_| None)?;
         // SAFETY: `[addr, addr + bytes)` lies inside this window's reservation (checked
         // by `range`), which the crate owns and where no Rust object lives, so
         // `MAP_FIXED` replaces only our own mapping; the file range is inside the

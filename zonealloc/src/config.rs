@@ -12,6 +12,12 @@ use crate::page_frag::FragFreePath;
 use crate::pcp::PcpConfig;
 use crate::types::{Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT};
 
+/// Largest `min_free_kbytes` accepted: Linux's sysctl is an `int`.
+pub const MIN_FREE_KBYTES_MAX: u64 = i32::MAX as u64;
+
+/// Largest `watermark_scale_factor` accepted (Linux's sysctl range is 1..=3000).
+pub const WATERMARK_SCALE_FACTOR_MAX: u64 = 3000;
+
 /// One zone: a range of frame numbers of one zone type, possibly with holes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ZoneConfig {
@@ -88,6 +94,10 @@ pub struct Config {
     pub frag_free_path: FragFreePath,
     /// Debug modes: poisoning, init-on-alloc/free.
     pub debug: DebugConfig,
+    /// Most bytes of per-frame metadata (16 a frame) the allocator may allocate.
+    /// `None`: as much as the machine gives; the allocation is fallible either way,
+    /// so a configuration too large for memory is refused, never an abort.
+    pub metadata_limit_bytes: Option<u64>,
 }
 
 impl Default for Config {
@@ -112,6 +122,7 @@ impl Default for Config {
             cpu_id: None,
             frag_free_path: FragFreePath::default(),
             debug: DebugConfig::default(),
+            metadata_limit_bytes: None,
         }
     }
 }
@@ -149,6 +160,16 @@ impl Config {
         self.pageblock_order.nr_pages()
     }
 
+    /// Bytes of per-frame metadata an allocator over this configuration allocates:
+    /// 16 per spanned frame (holes included).
+    pub fn metadata_bytes(&self) -> u64 {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.zones.iter())
+            .map(|z| z.spanned_pages.saturating_mul(16))
+            .fold(0, u64::saturating_add)
+    }
+
     /// Checks the configuration for consistency.
     ///
     /// # Errors
@@ -169,6 +190,19 @@ impl Config {
         if self.nodes.is_empty() || self.nodes.len() > u16::MAX as usize {
             return Err(ConfigError::NoMemory);
         }
+        // Linux's sysctl ranges: `min_free_kbytes` is an int, `watermark_scale_factor`
+        // 1..=3000. Within them the watermark arithmetic cannot overflow.
+        if let Some(m) = self.min_free_kbytes.filter(|&m| m > MIN_FREE_KBYTES_MAX) {
+            return Err(ConfigError::MinFreeKbytes(m));
+        }
+        if !(1..=WATERMARK_SCALE_FACTOR_MAX).contains(&self.watermark_scale_factor) {
+            return Err(ConfigError::WatermarkScaleFactor(
+                self.watermark_scale_factor,
+            ));
+        }
+        self.pcp.validate()?;
+        // Every frame's byte address, `pfn << page_shift`, fits in 64 bits.
+        let pfn_limit = 1u64 << (64 - u32::from(self.page_shift));
         let mut ranges: Vec<(u64, u64)> = Vec::new();
         let mut populated = 0u64;
         for (nid, node) in self.nodes.iter().enumerate() {
@@ -184,16 +218,19 @@ impl Config {
                         zone_type: z.zone_type,
                     });
                 }
-                let end = z.start_pfn.0.checked_add(z.spanned_pages).ok_or(
-                    ConfigError::ZoneTooLarge {
+                let end = z
+                    .start_pfn
+                    .0
+                    .checked_add(z.spanned_pages)
+                    .filter(|&e| e <= pfn_limit)
+                    .ok_or(ConfigError::PfnTooLarge {
                         node: nid,
                         zone_type: z.zone_type,
-                    },
-                )?;
+                    })?;
                 let mut holes = 0u64;
                 for &(h, n) in &z.holes {
                     let hend = h.0.saturating_add(n);
-                    if h < z.start_pfn || hend > end {
+                    if h < z.start_pfn || hend > end || holes.checked_add(n).is_none() {
                         return Err(ConfigError::HoleOutsideZone {
                             node: nid,
                             zone_type: z.zone_type,
@@ -203,7 +240,7 @@ impl Config {
                 }
                 if z.spanned_pages > 0 {
                     ranges.push((z.start_pfn.0, end));
-                    populated += z.spanned_pages.saturating_sub(holes);
+                    populated = populated.saturating_add(z.spanned_pages.saturating_sub(holes));
                 }
             }
         }
@@ -213,6 +250,10 @@ impl Config {
         }
         if populated == 0 {
             return Err(ConfigError::NoMemory);
+        }
+        let bytes = self.metadata_bytes();
+        if self.metadata_limit_bytes.is_some_and(|l| bytes > l) {
+            return Err(ConfigError::Metadata { bytes });
         }
         Ok(())
     }
@@ -234,8 +275,16 @@ pub enum ConfigError {
         /// The node.
         node: usize,
     },
-    /// A zone spans `u32::MAX` frames or more, or wraps the frame space.
+    /// A zone spans `u32::MAX` frames or more.
     ZoneTooLarge {
+        /// The node.
+        node: usize,
+        /// The zone.
+        zone_type: ZoneType,
+    },
+    /// A zone reaches past the largest frame number whose byte address
+    /// (`pfn << page_shift`) fits in 64 bits.
+    PfnTooLarge {
         /// The node.
         node: usize,
         /// The zone.
@@ -254,6 +303,18 @@ pub enum ConfigError {
     Backend,
     /// `nr_cpus` outside 1..=4096.
     NrCpus(usize),
+    /// `min_free_kbytes` above `MIN_FREE_KBYTES_MAX`.
+    MinFreeKbytes(u64),
+    /// `watermark_scale_factor` outside `1..=WATERMARK_SCALE_FACTOR_MAX`.
+    WatermarkScaleFactor(u64),
+    /// A per-CPU list tunable outside its range (see `PcpConfig`).
+    Pcp(&'static str, u64),
+    /// The per-frame metadata (16 bytes a frame, plus a byte a pageblock) could not
+    /// be allocated: more than the address space or the machine can give.
+    Metadata {
+        /// Bytes asked for.
+        bytes: u64,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -269,12 +330,26 @@ impl fmt::Display for ConfigError {
             ConfigError::ZoneTooLarge { node, zone_type } => {
                 write!(f, "node {node}, zone {zone_type}: too large")
             }
+            ConfigError::PfnTooLarge { node, zone_type } => {
+                write!(f, "node {node}, zone {zone_type}: frame numbers beyond the 64-bit byte address space")
+            }
             ConfigError::HoleOutsideZone { node, zone_type } => {
                 write!(f, "node {node}, zone {zone_type}: hole outside the zone")
             }
             ConfigError::Overlap => f.write_str("zones overlap"),
             ConfigError::Backend => f.write_str("memory backend failed"),
             ConfigError::NrCpus(n) => write!(f, "nr_cpus {n} outside 1..=4096"),
+            ConfigError::MinFreeKbytes(m) => {
+                write!(f, "min_free_kbytes {m} above {MIN_FREE_KBYTES_MAX}")
+            }
+            ConfigError::WatermarkScaleFactor(w) => write!(
+                f,
+                "watermark_scale_factor {w} outside 1..={WATERMARK_SCALE_FACTOR_MAX}"
+            ),
+            ConfigError::Pcp(name, v) => write!(f, "pcp.{name} {v} out of range"),
+            ConfigError::Metadata { bytes } => {
+                write!(f, "cannot allocate {bytes} bytes of frame metadata")
+            }
         }
     }
 }

@@ -29,7 +29,7 @@ use alloc::vec::Vec;
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::error::FreeError;
-use crate::frame::{Word, TAG_ALLOC};
+use crate::frame::{Word, FLAG_GUARDED, TAG_ALLOC, TAG_BAD, TAG_FROZEN, TAG_HOLE, TAG_TAIL};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::pcp_allowed_order;
 use crate::types::{Migratetype, Order, Pfn};
@@ -80,32 +80,15 @@ impl<B: Backend> ZoneAllocator<B> {
         Ok(z)
     }
 
-    /// Checks that `pfn` is a plain order-0 allocated page (not a block head of a
-    /// higher order, not a tail, not free).
-    #[inline]
-    fn check_order0(&self, z: &Zone, pfn: Pfn) -> Result<(), FreeError> {
-        let w = z.frames.word(z.idx(pfn));
-        if w.tag() != TAG_ALLOC {
-            return Err(self.classify(z, pfn, w));
-        }
-        if w.order().0 != 0 {
-            return Err(FreeError::WrongOrder {
-                pfn,
-                given: Order(0),
-                actual: w.order(),
-            });
-        }
-        Ok(())
-    }
-
     /// `free_contig_range()`: drops one reference on each order-0 page of
     /// `[pfn, pfn + nr)`; the pages that reach zero are freed as the largest
     /// naturally aligned blocks (see the module documentation).
     ///
     /// # Errors
     /// If the range leaves its zone, or any page of it is not an allocated order-0
-    /// page (free, a hole, a tail or head of a larger block), nothing is changed and
-    /// the first such page is reported.
+    /// page (free, a hole, a tail or head of a larger block, a guarded or page_frag
+    /// block), nothing is changed and the first such page is reported. Of two calls
+    /// racing to free one page, exactly one succeeds (see `free_pages_bulk`).
     ///
     /// # Examples
     /// ```
@@ -117,45 +100,129 @@ impl<B: Backend> ZoneAllocator<B> {
     /// ```
     pub fn free_contig_range(&self, pfn: Pfn, nr: u64) -> Result<(), FreeError> {
         let z = self.zone_of_range(pfn, nr)?;
-        for i in 0..nr {
-            self.check_order0(z, pfn.add(i))?;
-        }
-        self.free_contig_range_checked(z, pfn, nr, self.current_cpu());
+        let mut claim = Claim::new(nr as usize);
+        let pages = (0..nr).map(|i| (pfn.add(i), 1));
+        self.claim_pages(z, pages.clone(), &mut claim)?;
+        self.commit_pages(z, pages, &claim, self.current_cpu());
         Ok(())
     }
 
-    /// The work of `free_contig_range` on a range already checked.
-    fn free_contig_range_checked(&self, z: &Zone, pfn: Pfn, nr: u64, cpu: usize) {
-        let mut run_start: Option<u64> = None;
-        for i in 0..nr {
-            let p = pfn.add(i);
-            if self.put_order0(z, p) {
-                run_start.get_or_insert(p.0);
-            } else if let Some(s) = run_start.take() {
-                self.free_run(z, Pfn(s), p.0 - s, cpu);
+    /// Phase one of the multi-page frees: for each `(page, k)` in ascending pfn
+    /// order, checks that the page is a plain allocated order-0 page with at least
+    /// `k` references, and takes those that would reach zero (state `Frozen`, so a
+    /// racing free of them is refused). On the first bad page every page taken is
+    /// restored and its error returned: nothing changed.
+    ///
+    /// Taking pages in ascending order makes two racing calls meet first at their
+    /// lowest common page: whoever takes it goes on, the other stops there, so of
+    /// two frees of one page exactly one succeeds.
+    fn claim_pages(
+        &self,
+        z: &Zone,
+        pages: impl Iterator<Item = (Pfn, u32)> + Clone,
+        claim: &mut Claim,
+    ) -> Result<(), FreeError> {
+        for (i, (p, k)) in pages.clone().enumerate() {
+            let idx = z.idx(p);
+            let mut w = z.frames.word(idx);
+            let taken = loop {
+                let bad = if w.tag() != TAG_ALLOC {
+                    Some(self.classify(z, p, w))
+                } else if w.order().0 != 0 {
+                    Some(FreeError::WrongOrder {
+                        pfn: p,
+                        given: Order(0),
+                        actual: w.order(),
+                    })
+                } else if w.flags() & FLAG_GUARDED != 0 {
+                    Some(FreeError::Guarded(p))
+                } else if w.flags() != 0 {
+                    Some(FreeError::Busy(p))
+                } else if w.refcount() < k {
+                    Some(FreeError::AlreadyFree(p))
+                } else {
+                    None
+                };
+                if let Some(e) = bad {
+                    self.unclaim(z, pages.take(i), claim);
+                    return Err(e);
+                }
+                if w.refcount() > k {
+                    break false;
+                }
+                // Keep the type byte, so the page can be restored as it was.
+                let frozen = Word::new(TAG_FROZEN, 0, w.aux(), 0);
+                match z.frames.cas_word(idx, w, frozen) {
+                    Ok(_) => break true,
+                    Err(cur) => w = cur,
+                }
+            };
+            if taken {
+                claim.set(i);
             }
         }
-        if let Some(s) = run_start {
-            self.free_run(z, Pfn(s), pfn.0 + nr - s, cpu);
+        Ok(())
+    }
+
+    /// Undoes `claim_pages` for the pages before the bad one.
+    #[cold]
+    fn unclaim(&self, z: &Zone, pages: impl Iterator<Item = (Pfn, u32)>, claim: &Claim) {
+        for (i, (p, k)) in pages.enumerate() {
+            if claim.get(i) {
+                let idx = z.idx(p);
+                let w = z.frames.word(idx);
+                z.frames.set_word(idx, Word::new(TAG_ALLOC, 0, w.aux(), k));
+            }
         }
     }
 
-    /// Drops one reference on an order-0 page; `true` if it reached zero (the page is
-    /// now frozen and owned by the caller). A page whose state changed under us (a
-    /// racing free by another owner) counts as still referenced.
+    /// Phase two: drops the references of the pages not taken (those that reach
+    /// zero now are freed too) and frees every run of zero-reference pages as
+    /// aligned blocks.
+    fn commit_pages(
+        &self,
+        z: &Zone,
+        pages: impl Iterator<Item = (Pfn, u32)>,
+        claim: &Claim,
+        cpu: usize,
+    ) {
+        let mut run: Option<(u64, u64)> = None;
+        for (i, (p, k)) in pages.enumerate() {
+            let zero = claim.get(i) || self.put_order0(z, p, k);
+            if zero {
+                z.frames.set_word(z.idx(p), Word::TAIL);
+                match &mut run {
+                    Some((s, n)) if *s + *n == p.0 => *n += 1,
+                    _ => {
+                        if let Some((s, n)) = run.replace((p.0, 1)) {
+                            self.free_run(z, Pfn(s), n, cpu);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some((s, n)) = run {
+            self.free_run(z, Pfn(s), n, cpu);
+        }
+    }
+
+    /// Drops `k` references on an order-0 page that had more than `k` when it was
+    /// checked; `true` if it reached zero (then the page is the caller's). A page
+    /// whose state changed under us (every other reference dropped by racing owners
+    /// who held none of ours) counts as still referenced.
     #[inline]
-    fn put_order0(&self, z: &Zone, pfn: Pfn) -> bool {
+    fn put_order0(&self, z: &Zone, pfn: Pfn, k: u32) -> bool {
         let idx = z.idx(pfn);
         let mut w = z.frames.word(idx);
         loop {
-            if w.tag() != TAG_ALLOC || w.order().0 != 0 {
+            if w.tag() != TAG_ALLOC || w.order().0 != 0 || w.refcount() < k {
                 return false;
             }
-            let last = w.refcount() <= 1;
+            let last = w.refcount() == k;
             let new = if last {
                 Word::TAIL
             } else {
-                w.with_refcount(w.refcount() - 1)
+                w.with_refcount(w.refcount() - k)
             };
             match z.frames.cas_word(idx, w, new) {
                 Ok(_) => return last,
@@ -164,11 +231,11 @@ impl<B: Backend> ZoneAllocator<B> {
         }
     }
 
-    /// Frees a run of frozen order-0 pages as aligned blocks.
+    /// Frees a run of order-0 pages the caller owns (all `Tail` now) as aligned
+    /// blocks.
     fn free_run(&self, z: &Zone, pfn: Pfn, nr: u64, cpu: usize) {
         for (p, order) in chunks(pfn, nr, z.max_order) {
-            // Interior frames are already `Tail` (set when each page froze); the head
-            // becomes the frozen head of the whole chunk.
+            // The head becomes the frozen head of the whole chunk.
             z.frames.set_word(z.idx(p), Word::frozen(order));
             self.free_prepare(p, order);
             self.free_frozen(z, p, order, cpu);
@@ -177,13 +244,17 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// `free_pages_bulk()`: drops one reference on every page of `pages` (order-0
     /// pages, any order of entries), freeing runs of consecutive frames as large
-    /// blocks with `free_contig_range`. Ascending arrays (what vmalloc builds) give
-    /// the longest runs.
+    /// blocks with `free_contig_range`'s machinery. The pages are taken in
+    /// ascending pfn order whatever order the array has.
     ///
     /// # Errors
     /// If any entry is not an allocated order-0 page, or a page appears more often
-    /// than it has references, nothing is changed and the first bad page is
-    /// reported.
+    /// than it has references, nothing is changed and the first bad page (in
+    /// ascending pfn order) is reported. Of two calls racing to free one page with
+    /// one reference, exactly one succeeds and the other is refused with nothing
+    /// changed. Pages with several references are checked first and released
+    /// afterwards: an owner who frees more references than it holds, racing with
+    /// this call, can take the last one first (references have no owners).
     ///
     /// # Examples
     /// ```
@@ -196,41 +267,61 @@ impl<B: Backend> ZoneAllocator<B> {
     /// assert!(za.free_pages_bulk(&pages).is_err()); // already free: nothing changes
     /// ```
     pub fn free_pages_bulk(&self, pages: &[Pfn]) -> Result<(), FreeError> {
-        let mut ascending = true;
-        for (i, &p) in pages.iter().enumerate() {
-            let z = self.zone_of(p).ok_or(FreeError::OutOfRange(p))?;
-            self.check_order0(z, p)?;
-            if i > 0 && pages[i - 1] >= p {
-                ascending = false;
-            }
-        }
+        // Distinct pages, ascending, each with how often it is listed.
+        let ascending = pages.windows(2).all(|w| w[0] < w[1]);
+        let mut sorted: Vec<(Pfn, u32)> = Vec::new();
         if !ascending {
-            // Duplicates are legal only while references last.
-            let mut sorted: Vec<Pfn> = pages.to_vec();
-            sorted.sort_unstable();
-            for group in sorted.chunk_by(|a, b| a == b) {
-                let p = group[0];
-                let z = self.zone_of(p).ok_or(FreeError::OutOfRange(p))?;
-                let refs = z.frames.word(z.idx(p)).refcount() as usize;
-                if group.len() > refs {
-                    return Err(FreeError::AlreadyFree(p));
-                }
+            let mut v = pages.to_vec();
+            v.sort_unstable();
+            for g in v.chunk_by(|a, b| a == b) {
+                sorted.push((g[0], u32::try_from(g.len()).unwrap_or(u32::MAX)));
             }
         }
-        let cpu = self.current_cpu();
+        let list: &[(Pfn, u32)] = &sorted;
+        let entry = |i: usize| -> (Pfn, u32) {
+            if ascending {
+                (pages[i], 1)
+            } else {
+                list[i]
+            }
+        };
+        let n = if ascending { pages.len() } else { list.len() };
+        // Runs of consecutive frames in one zone, each claimed as a unit.
+        let mut runs: Vec<(usize, usize)> = Vec::new();
         let mut i = 0;
-        while i < pages.len() {
-            let start = pages[i];
-            let Some(z) = self.zone_of(start) else { break };
+        while i < n {
+            let (start, _) = entry(i);
+            let z = self.zone_of(start).ok_or(FreeError::OutOfRange(start))?;
             let mut k = 1;
-            while i + k < pages.len()
-                && pages[i + k].0 == start.0 + k as u64
-                && z.contains(pages[i + k])
+            while i + k < n && entry(i + k).0 .0 == start.0 + k as u64 && z.contains(entry(i + k).0)
             {
                 k += 1;
             }
-            self.free_contig_range_checked(z, start, k as u64, cpu);
+            runs.push((i, k));
             i += k;
+        }
+        let zone_of_run = |&(i, _): &(usize, usize)| self.zone_of(entry(i).0).expect("checked");
+        let mut claims: Vec<Claim> = Vec::with_capacity(runs.len());
+        for (r, run) in runs.iter().enumerate() {
+            let z = zone_of_run(run);
+            let mut claim = Claim::new(run.1);
+            let it = (run.0..run.0 + run.1).map(entry);
+            if let Err(e) = self.claim_pages(z, it, &mut claim) {
+                for (done, c) in runs[..r].iter().zip(&claims) {
+                    self.unclaim(zone_of_run(done), (done.0..done.0 + done.1).map(entry), c);
+                }
+                return Err(e);
+            }
+            claims.push(claim);
+        }
+        let cpu = self.current_cpu();
+        for (run, claim) in runs.iter().zip(&claims) {
+            self.commit_pages(
+                zone_of_run(run),
+                (run.0..run.0 + run.1).map(entry),
+                claim,
+                cpu,
+            );
         }
         Ok(())
     }
@@ -316,7 +407,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut n = filled;
         for &(i, p) in &got {
             if self.alloc_check(z, p, Order(0)) {
-                self.prep_new_page(z, p, Order(0), gfp, mt);
+                self.prep_new_page(z, p, Order(0), gfp, mt, 0);
                 pages[i] = Some(p);
                 n += 1;
             }
@@ -335,8 +426,17 @@ impl<B: Backend> ZoneAllocator<B> {
     ///
     /// # Errors
     /// `InvalidRange`, `CrossesZone`; `Isolated` if another caller is isolating a
-    /// pageblock of the range; `Busy` with the first frame in use. On error every
-    /// pageblock is restored and nothing is allocated.
+    /// pageblock of the range; `Busy` with the first frame in use.
+    ///
+    /// On error nothing is allocated, no frame changes owner, and every pageblock
+    /// keeps its type. A range with an allocated frame, a hole or a bad frame in it
+    /// (seen without the lock before anything is isolated) fails with `Busy` having
+    /// changed nothing at all (`state_digest()` is unchanged). Only a frame that
+    /// was free then and is taken by another thread while the range is isolated
+    /// makes the call fail later; by then this zone's per-CPU lists have been drained
+    /// into the buddy lists and the free blocks of the range's pageblocks may have
+    /// been merged and moved within their lists, as Linux's failed
+    /// `alloc_contig_range` leaves them.
     ///
     /// # Examples
     /// ```
@@ -352,6 +452,11 @@ impl<B: Backend> ZoneAllocator<B> {
         let z = self.zone_of(start).ok_or(ContigError::InvalidRange)?;
         if end.0 > z.end_pfn() {
             return Err(ContigError::CrossesZone(Pfn(z.end_pfn())));
+        }
+        // Cheap lock-free pre-check: a frame that is allocated, a hole or bad now
+        // fails the call before anything is isolated or drained.
+        if let Some(b) = (start.0..end.0).map(Pfn).find(|&p| !self.maybe_free(z, p)) {
+            return Err(ContigError::Busy(b));
         }
         let pb_nr = z.pageblock_order.nr_pages();
         let first_block = start.0 & !(pb_nr - 1);
@@ -447,20 +552,74 @@ impl<B: Backend> ZoneAllocator<B> {
             if z.zone_type() > highest || (gfp.contains(Gfp::THISNODE) && z.id.node != nid) {
                 continue;
             }
+            if nr > z.spanned {
+                continue;
+            }
+            // `nr` fits in the zone, so neither the step nor the scan can overflow.
             let step = nr.next_power_of_two().min(z.pageblock_order.nr_pages());
             let mut p = z.start_pfn.next_multiple_of(step);
             while p + nr <= z.end_pfn() {
-                // Cheap lock-free pre-check before isolating anything.
-                let plausible = (p..p + nr).all(|q| {
-                    let w = z.frames.word(z.idx(Pfn(q)));
-                    !matches!(w.tag(), TAG_ALLOC) && w != Word::HOLE
-                });
-                if plausible && self.alloc_contig_range(Pfn(p), Pfn(p + nr)).is_ok() {
+                if self.alloc_contig_range(Pfn(p), Pfn(p + nr)).is_ok() {
                     return Ok(Pfn(p));
                 }
                 p += step;
             }
         }
         Err(ContigError::NoMemory)
+    }
+}
+
+/// Which pages of a multi-page free its first phase took (a bit per page).
+struct Claim {
+    inline: [u64; 8],
+    heap: Vec<u64>,
+}
+
+impl Claim {
+    /// Room for `n` pages: on the stack up to 512, on the heap beyond.
+    fn new(n: usize) -> Claim {
+        let words = n.div_ceil(64);
+        Claim {
+            inline: [0; 8],
+            heap: if words > 8 {
+                alloc::vec![0; words]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn words(&self) -> &[u64] {
+        if self.heap.is_empty() {
+            &self.inline
+        } else {
+            &self.heap
+        }
+    }
+
+    fn set(&mut self, i: usize) {
+        let w = if self.heap.is_empty() {
+            &mut self.inline
+        } else {
+            &mut self.heap[..]
+        };
+        w[i / 64] |= 1 << (i % 64);
+    }
+
+    fn get(&self, i: usize) -> bool {
+        self.words()[i / 64] & (1 << (i % 64)) != 0
+    }
+}
+
+impl<B: Backend> ZoneAllocator<B> {
+    /// Whether frame `pfn` may be free: not the head of an allocated block, not a
+    /// hole, not bad, and not inside an allocated block (a lock-free look, which a
+    /// racing allocation can make stale).
+    fn maybe_free(&self, z: &Zone, pfn: Pfn) -> bool {
+        match z.frames.word(z.idx(pfn)).tag() {
+            TAG_ALLOC | TAG_HOLE | TAG_BAD => false,
+            TAG_TAIL => self.block_of(pfn).is_err(),
+            _ => true,
+        }
     }
 }

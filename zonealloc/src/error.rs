@@ -76,6 +76,9 @@ pub enum FreeError {
     BadPage(Pfn),
     /// The address is not in the allocator's memory.
     ForeignAddress(usize),
+    /// The block belongs to a live `PageBlock` guard: only the guard frees it or
+    /// changes its references (drop it, or take the block back with `into_raw`).
+    Guarded(Pfn),
 }
 
 impl FreeError {
@@ -89,7 +92,8 @@ impl FreeError {
             | FreeError::Busy(p)
             | FreeError::RefcountOverflow(p)
             | FreeError::CrossesZone(p)
-            | FreeError::BadPage(p) => p,
+            | FreeError::BadPage(p)
+            | FreeError::Guarded(p) => p,
             FreeError::WrongOrder { pfn, .. } | FreeError::Misaligned { pfn, .. } => pfn,
             FreeError::InvalidOrder(_) | FreeError::ForeignAddress(_) => Pfn(0),
         }
@@ -118,6 +122,7 @@ impl fmt::Display for FreeError {
             FreeError::CrossesZone(p) => write!(f, "range at pfn {p} crosses a zone boundary"),
             FreeError::BadPage(p) => write!(f, "pfn {p} was reported bad"),
             FreeError::ForeignAddress(a) => write!(f, "address {a:#x} is not the allocator's"),
+            FreeError::Guarded(p) => write!(f, "pfn {p} is owned by a PageBlock guard"),
         }
     }
 }

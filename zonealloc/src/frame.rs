@@ -5,6 +5,11 @@
 //!
 //! ```text
 //!  word (u64):  | refcount: u32 | flags: u8 | aux: u8 | order: u8 | tag: u8 |
+//!
+//!  flags (heads of allocated blocks only; cleared when the block is freed):
+//!    FLAG_GUARDED  a `PageBlock` guard owns the block: the raw API refuses it
+//!    FLAG_FRAG     a page_frag cache carves the block: fragment frees check the
+//!                  cache's published bias (see `page_frag`)
 //!  prev (u32):  frame index of the previous block on the list this head is on
 //!  next (u32):  frame index of the next block (NIL = none)
 //! ```
@@ -57,6 +62,11 @@ pub(crate) const TAG_ALLOC: u8 = 4;
 pub(crate) const TAG_FROZEN: u8 = 5;
 pub(crate) const TAG_BAD: u8 = 6;
 
+/// Head flag: a `PageBlock` guard owns the block.
+pub(crate) const FLAG_GUARDED: u8 = 1;
+/// Head flag: the block is a page_frag cache's, with its bias published in `next`.
+pub(crate) const FLAG_FRAG: u8 = 2;
+
 /// A decoded copy of a frame's state word.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Word(pub u64);
@@ -77,6 +87,14 @@ impl Word {
     #[inline]
     pub const fn aux(self) -> u8 {
         (self.0 >> 16) as u8
+    }
+    #[inline]
+    pub const fn flags(self) -> u8 {
+        (self.0 >> 24) as u8
+    }
+    #[inline]
+    pub const fn with_flags(self, flags: u8) -> Word {
+        Word((self.0 & !(0xff << 24)) | (flags as u64) << 24)
     }
     #[inline]
     pub const fn refcount(self) -> u32 {
@@ -103,6 +121,10 @@ impl Word {
     #[inline]
     pub const fn alloc(order: Order, mt: Migratetype) -> Word {
         Word::new(TAG_ALLOC, order.0, mt as u8, 1)
+    }
+    #[inline]
+    pub const fn alloc_flagged(order: Order, mt: Migratetype, flags: u8) -> Word {
+        Word::alloc(order, mt).with_flags(flags)
     }
     #[inline]
     pub const fn frozen(order: Order) -> Word {
@@ -179,17 +201,19 @@ pub(crate) struct FrameTable {
 }
 
 impl FrameTable {
-    /// A table of `nr` frames, all in state `Tail` with no links.
-    pub fn new(nr: usize) -> FrameTable {
-        let mut v = Vec::with_capacity(nr);
+    /// A table of `nr` frames, all in state `Tail` with no links; `None` if the
+    /// memory for it cannot be had (the allocation is fallible, not an abort).
+    pub fn new(nr: usize) -> Option<FrameTable> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(nr).ok()?;
         v.resize_with(nr, || PageMeta {
             word: AtomicU64::new(Word::TAIL.0),
             prev: AtomicU32::new(NIL),
             next: AtomicU32::new(NIL),
         });
-        FrameTable {
+        Some(FrameTable {
             metas: v.into_boxed_slice(),
-        }
+        })
     }
 
     #[inline]
@@ -243,6 +267,15 @@ impl FrameTable {
     #[inline]
     pub fn set_prev(&self, idx: u32, v: u32) {
         self.metas[idx as usize].prev.store(v, Ordering::Relaxed);
+    }
+
+    /// The bias slot of an allocated block's head: its `next` link, unused while the
+    /// block is allocated, where a page_frag cache publishes how many of the block's
+    /// references it still holds itself (see `page_frag`). Release stores by the
+    /// cache pair with the Acquire loads of fragment frees.
+    #[inline]
+    pub fn bias_slot(&self, idx: u32) -> &AtomicU32 {
+        &self.metas[idx as usize].next
     }
 
     /// Hints the processor to bring frame `idx`'s metadata into cache.
@@ -364,7 +397,7 @@ mod tests {
 
     #[test]
     fn list_push_and_unlink_keep_links_consistent() {
-        let t = FrameTable::new(8);
+        let t = FrameTable::new(8).unwrap();
         let mut l = FrameList::EMPTY;
         l.push_head(&t, 3);
         l.push_tail(&t, 5);

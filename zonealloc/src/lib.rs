@@ -86,7 +86,9 @@ pub use allocator::ZoneAllocator;
 pub use arena::{Arena, ArenaOptions};
 pub use backend::{AbstractFrames, Backend};
 pub use check::{InvariantReport, InvariantViolation};
-pub use config::{Config, ConfigError, NodeConfig, ZoneConfig};
+pub use config::{
+    Config, ConfigError, NodeConfig, ZoneConfig, MIN_FREE_KBYTES_MAX, WATERMARK_SCALE_FACTOR_MAX,
+};
 pub use contig::ContigError;
 pub use debug::{BadPageReport, DebugConfig, FaultSite, PAGE_POISON};
 pub use error::{AllocError, FreeError};
@@ -94,7 +96,7 @@ pub use frame::FrameState;
 pub use gfp::Gfp;
 pub use owned::PageBlock;
 pub use page_frag::{FragError, FragFreePath, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
-pub use pcp::{PcpConfig, PAGE_ALLOC_COSTLY_ORDER};
+pub use pcp::{PcpConfig, PAGE_ALLOC_COSTLY_ORDER, PCP_TUNABLE_MAX};
 pub use stats::{
     fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,
     PagesetInfo, PcpCpuStats, PcpStatsZone, VmStat, ZoneEventCounts, ZoneFreeCounts, ZoneInfo,

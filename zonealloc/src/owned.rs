@@ -1,15 +1,22 @@
 //! RAII ownership of allocated blocks for Rust callers.
 //!
-//! `PageBlock` owns one reference to an allocated block and drops it when it goes out
-//! of scope, beside the raw pfn API for callers that manage lifetimes themselves.
+//! `PageBlock` owns an allocated block and frees it when it goes out of scope, beside
+//! the raw pfn API for callers that manage lifetimes themselves. Because a guard hands
+//! out the block's bytes as `&mut [u8]`, it must be the block's only owner: its head
+//! carries `FLAG_GUARDED`, and every raw call that would free the block or change its
+//! references (`free_pages`, `put_page`, `get_page`, `split_page`, the bulk and
+//! contiguous frees, `page_frag_free`) is refused with `FreeError::Guarded` while
+//! the guard lives. So safe code cannot free a guarded block behind its guard and have
+//! it handed out again, nor build two guards over one block.
 
 use core::fmt;
 
-use crate::allocator::ZoneAllocator;
+use crate::allocator::{Holder, ZoneAllocator};
 use crate::backend::Backend;
+use crate::error::FreeError;
 use crate::types::{Order, Pfn};
 
-/// An allocated block of `2^order` frames that is freed when dropped.
+/// An allocated block of `2^order` frames, owned exclusively, freed when dropped.
 pub struct PageBlock<'a, B: Backend> {
     za: &'a ZoneAllocator<B>,
     pfn: Pfn,
@@ -17,6 +24,7 @@ pub struct PageBlock<'a, B: Backend> {
 }
 
 impl<'a, B: Backend> PageBlock<'a, B> {
+    /// Wraps a block just allocated with `FLAG_GUARDED` set.
     pub(crate) fn new(za: &'a ZoneAllocator<B>, pfn: Pfn, order: Order) -> Self {
         PageBlock { za, pfn, order }
     }
@@ -31,38 +39,84 @@ impl<'a, B: Backend> PageBlock<'a, B> {
         self.order
     }
 
-    /// Gives up ownership without freeing: the caller now owns the reference.
+    /// Gives up the guard without freeing: the block's reference passes to the
+    /// caller, and the raw API accepts the block again.
     pub fn into_raw(self) -> (Pfn, Order) {
         let r = (self.pfn, self.order);
+        let cleared = self.za.set_guarded(self.pfn, self.order, false);
+        // Only the guard changes a guarded head, so clearing cannot be refused.
+        debug_assert!(
+            cleared.is_ok(),
+            "a guarded block lost its flag: {cleared:?}"
+        );
         core::mem::forget(self);
         r
     }
 
-    /// Takes ownership of one reference to an allocated block.
+    /// Takes exclusive ownership of an allocated block through a new guard.
     ///
-    /// The caller must own that reference; if it does not, dropping the guard
-    /// reports the misuse through `free_pages`' checks (debug builds panic there).
-    pub fn from_raw(za: &'a ZoneAllocator<B>, pfn: Pfn, order: Order) -> Self {
-        PageBlock { za, pfn, order }
+    /// The block must be the head of an allocated block of exactly `order`, not
+    /// already guarded and not a page_frag cache's; otherwise the `FreeError` says
+    /// why and nothing changes. While the guard lives, the raw API refuses the block.
+    ///
+    /// # Errors
+    /// As `free_pages` for a frame that is not such a head; `Guarded` if a guard
+    /// already owns it; `Busy` for a page_frag block.
+    ///
+    /// # Safety
+    /// The caller must own a reference to the block and hand it to the guard, and
+    /// nothing may read or write the block's memory through other pointers (from
+    /// `page_address`, a vmalloc or vmap mapping, page_frag fragments, or the owners
+    /// of other references to the block) while the guard lives: the guard gives out
+    /// the memory as `&mut [u8]`.
+    #[allow(unsafe_code)]
+    pub unsafe fn from_raw(
+        za: &'a ZoneAllocator<B>,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<Self, FreeError> {
+        za.set_guarded(pfn, order, true)?;
+        Ok(PageBlock { za, pfn, order })
     }
 
     /// The block's memory, if the backend gives frames addresses.
     #[allow(unsafe_code)]
+    pub fn bytes(&self) -> Option<&[u8]> {
+        let (p, len) = self.memory()?;
+        // SAFETY: as in `bytes_mut`; `&self` makes the borrow shared, and no `&mut`
+        // borrow of the guard can exist beside it.
+        Some(unsafe { core::slice::from_raw_parts(p, len) })
+    }
+
+    /// The block's memory, writable, if the backend gives frames addresses.
+    #[allow(unsafe_code)]
     pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        let (p, len) = self.memory()?;
+        // SAFETY: `Backend` is an unsafe trait whose implementors promise that
+        // `page_address` points at `page_size` writable bytes per frame, frames not
+        // overlapping and consecutive frames of a zone contiguous; the block's
+        // `2^order` frames lie in one zone, are allocated, and belong to this guard
+        // alone (`FLAG_GUARDED` makes the raw API refuse them, and `from_raw`'s
+        // contract excludes every other pointer), and `&mut self` makes the borrow
+        // exclusive.
+        Some(unsafe { core::slice::from_raw_parts_mut(p, len) })
+    }
+
+    fn memory(&self) -> Option<(*mut u8, usize)> {
         let p = self.za.backend().page_address(self.pfn)?;
         let len = self.za.backend().page_size()? << self.order.0;
-        // SAFETY: `Backend` is an unsafe trait whose implementors promise that
-        // `page_address` points at `page_size` writable bytes per frame, consecutive
-        // frames being contiguous; the block's `2^order` frames are allocated and this
-        // guard owns them, and `&mut self` makes the borrow exclusive.
-        Some(unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), len) })
+        Some((p.as_ptr(), len))
     }
 }
 
 impl<B: Backend> Drop for PageBlock<'_, B> {
     fn drop(&mut self) {
-        let r = self.za.free_pages(self.pfn, self.order);
-        debug_assert!(r.is_ok(), "PageBlock dropped a block it did not own: {r:?}");
+        let cpu = self.za.current_cpu();
+        let r = self
+            .za
+            .free_pages_by(cpu, self.pfn, self.order, Holder::Guard);
+        // Nothing but the guard can change a guarded block, so the free succeeds.
+        debug_assert!(r.is_ok(), "PageBlock could not free its block: {r:?}");
     }
 }
 

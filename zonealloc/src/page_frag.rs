@@ -23,6 +23,26 @@
 //! If the subtraction leaves zero, every fragment already came back and the block is
 //! reused in place. Carving a fragment is an offset bump and a bias decrement.
 //!
+//! # Refusing a fragment freed once too often
+//!
+//! Linux cannot tell a fragment's second free from another fragment's first: both
+//! drop a reference, and the extra one eats into the cache's share. Here the cache
+//! publishes its bias in the head frame's unused list link (a plain Release store
+//! per carve, no locked instruction) while the head carries `FLAG_FRAG`, and a
+//! fragment free refuses to drop the count to or below the published bias: that
+//! would mean no fragment of the block is out. The published bias is never smaller
+//! than the true one by a carve a legitimate free can depend on (the fragment was
+//! carved, and its bias stored, before its address was handed to the freeing
+//! thread), so a legitimate free is never refused. The cache gives up its share with
+//! one compare-and-swap that also clears `FLAG_FRAG` (the block is then detached:
+//! its count is exactly the fragments still out), or, when no fragment is out,
+//! publishes the fresh bias *before* resetting the count, so that no free sees the
+//! reset count beside the old bias. While the cache owns a block, the raw API
+//! refuses it (`FreeError::Busy`).
+//!
+//! A fragment freed twice while other fragments of its block are still out remains
+//! undetectable: its extra reference is indistinguishable from theirs.
+//!
 //! The cache refills with an order-3 block (32 KiB on 4 KiB pages) without trying
 //! hard (`NORETRY | NOWARN`), falling back to an order-0 page. When a block's last
 //! fragment is freed, the block goes back by the path `FragFreePath` selects: seed
@@ -30,10 +50,12 @@
 
 use core::ptr::NonNull;
 
-use crate::allocator::{Via, ZoneAllocator};
+use crate::allocator::{Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::{AllocError, FreeError};
+use crate::frame::{Word, FLAG_FRAG, TAG_FROZEN};
 use crate::gfp::Gfp;
+use crate::sync::{AtomicU32, Ordering};
 use crate::types::{Order, Pfn};
 
 /// `PAGE_FRAG_CACHE_MAX_SIZE`: 32 KiB, the bias added at refill.
@@ -58,7 +80,8 @@ pub enum FragFreePath {
 pub enum FragError {
     /// The backend gives frames no addresses (fragments need memory).
     NoAddresses,
-    /// The fragment is larger than a page and does not fit in the current block.
+    /// The fragment is larger than the cache's blocks, or larger than a page and
+    /// does not fit in the current block.
     TooLarge,
     /// The alignment is not a power of two.
     BadAlign,
@@ -70,7 +93,7 @@ impl core::fmt::Display for FragError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             FragError::NoAddresses => f.write_str("backend has no addresses"),
-            FragError::TooLarge => f.write_str("fragment larger than a page"),
+            FragError::TooLarge => f.write_str("fragment too large for the cache's blocks"),
             FragError::BadAlign => f.write_str("alignment not a power of two"),
             FragError::NoMemory(e) => write!(f, "refill failed: {e}"),
         }
@@ -85,18 +108,40 @@ pub struct PageFragCache<'a, B: Backend> {
     za: &'a ZoneAllocator<B>,
     gfp: Gfp,
     refill_order: Order,
-    /// Current block: head frame, order, address.
-    block: Option<(Pfn, Order, NonNull<u8>)>,
+    /// Current block: head frame, order, address, and the head's bias slot.
+    block: Option<CacheBlock<'a>>,
     offset: usize,
+    /// References of the current block the cache holds itself (`pagecnt_bias`),
+    /// mirrored in the head's bias slot.
     pagecnt_bias: u32,
     refills: u64,
     recycles: u64,
+}
+
+/// The block a cache carves from.
+#[derive(Clone, Copy)]
+struct CacheBlock<'a> {
+    pfn: Pfn,
+    order: Order,
+    addr: NonNull<u8>,
+    bias: &'a AtomicU32,
 }
 
 #[allow(unsafe_code)]
 // SAFETY: `NonNull<u8>` is the only non-Send field; it addresses frames the cache
 // owns references to, and the cache is used by one thread at a time (`&mut self`).
 unsafe impl<B: Backend> Send for PageFragCache<'_, B> {}
+
+/// What a cache's release of its share did to the block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Released {
+    /// No fragment was out: the cache keeps the block with a fresh bias.
+    Recycled,
+    /// Fragments are still out: the block is theirs; the last one frees it.
+    Detached,
+    /// No fragment was out: the block was freed.
+    Freed,
+}
 
 impl<'a, B: Backend> PageFragCache<'a, B> {
     /// A cache refilling from `za` with `gfp` and order-3 blocks.
@@ -156,12 +201,22 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
                 Order(0),
             ),
         };
-        let addr = self.za.page_address(pfn).ok_or(FragError::NoAddresses)?;
-        // The block is ours with one reference; add the bias in one atomic step.
-        self.za
-            .page_ref_add(pfn, PAGE_FRAG_CACHE_MAX_SIZE)
-            .expect("a freshly allocated block takes references");
-        self.block = Some((pfn, order, addr));
+        let Some(addr) = self.za.page_address(pfn) else {
+            let _ = self.za.free_pages(pfn, order);
+            return Err(FragError::NoAddresses);
+        };
+        // The block is ours with one reference: publish the bias, then add it to the
+        // count and mark the block as a cache's, in one atomic step.
+        let Ok(bias) = self.za.frag_claim(pfn, PAGE_FRAG_CACHE_MAX_SIZE + 1) else {
+            // Only a block someone else changed already can refuse; let it be.
+            return Err(FragError::NoMemory(AllocError::NoMemory { order }));
+        };
+        self.block = Some(CacheBlock {
+            pfn,
+            order,
+            addr,
+            bias,
+        });
         self.pagecnt_bias = PAGE_FRAG_CACHE_MAX_SIZE + 1;
         self.offset = 0;
         self.refills += 1;
@@ -173,7 +228,8 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
     ///
     /// # Errors
     /// `NoAddresses` on a backend without memory, `BadAlign`, `TooLarge` for a
-    /// fragment above a page that does not fit, `NoMemory` when a refill fails.
+    /// fragment larger than the cache's blocks, or above a page and not fitting in
+    /// the current block; `NoMemory` when a refill fails. Nothing changes on error.
     ///
     /// # Examples
     /// ```
@@ -185,6 +241,8 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
     /// assert_eq!(b.as_ptr() as usize - a.as_ptr() as usize, 128);
     /// za.page_frag_free(a.as_ptr()).unwrap();
     /// za.page_frag_free(b.as_ptr()).unwrap();
+    /// // A fragment freed once too often is refused.
+    /// assert!(za.page_frag_free(b.as_ptr()).is_err());
     /// ```
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, FragError> {
         if !align.is_power_of_two() {
@@ -195,55 +253,67 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
             .backend()
             .page_size()
             .ok_or(FragError::NoAddresses)?;
-        if self.block.is_none() {
-            self.refill()?;
+        if size > page_size << self.refill_order.0 {
+            return Err(FragError::TooLarge);
         }
         loop {
-            let (pfn, order, addr) = self.block.expect("refilled above");
-            let block_bytes = page_size << order.0;
-            let offset = self.offset.next_multiple_of(align);
-            if offset + size <= block_bytes {
-                self.pagecnt_bias -= 1;
-                self.offset = offset + size;
-                // The offset stays inside the block (checked above).
-                let p = addr.as_ptr().wrapping_add(offset);
-                return Ok(NonNull::new(p).expect("inside the block"));
+            if let Some(b) = self.block {
+                let block_bytes = page_size << b.order.0;
+                // The fragment starts inside the block and ends by its end; the bias
+                // keeps one reference for the cache itself.
+                let fits = self
+                    .offset
+                    .checked_next_multiple_of(align)
+                    .filter(|&o| o < block_bytes && size <= block_bytes - o);
+                if let Some(offset) = fits.filter(|_| self.pagecnt_bias > 1) {
+                    self.pagecnt_bias -= 1;
+                    // Release: a free of this fragment, which happens after its
+                    // address was handed over, sees the bias that counts it.
+                    b.bias.store(self.pagecnt_bias, Ordering::Release);
+                    self.offset = offset + size;
+                    // `offset < block_bytes`: the pointer is inside the block.
+                    let p = b.addr.as_ptr().wrapping_add(offset);
+                    return Ok(NonNull::new(p).expect("inside the block"));
+                }
+                if size > page_size {
+                    return Err(FragError::TooLarge);
+                }
+                // Exhausted: give back our unused share; reuse the block if every
+                // fragment already came back, else leave it to its last fragment.
+                if self.release(true) == Released::Recycled {
+                    self.recycles += 1;
+                    continue;
+                }
             }
-            if size > page_size {
-                return Err(FragError::TooLarge);
-            }
-            // Exhausted: give back our unused share; reuse the block if every
-            // fragment already came back, else leave it to its last fragment.
-            let reset = PAGE_FRAG_CACHE_MAX_SIZE + 1;
-            let recycled = self
-                .za
-                .page_ref_sub_or_reset(pfn, self.pagecnt_bias, reset)
-                .expect("the cache holds references on its block");
-            if recycled {
-                self.pagecnt_bias = reset;
-                self.offset = 0;
-                self.recycles += 1;
-            } else {
-                self.block = None;
-                self.refill()?;
-            }
+            self.refill()?;
         }
+    }
+
+    /// Gives up the cache's share of its block (`recycle`: keep it if no fragment is
+    /// out, else free it). Never fails: a block whose state is not what the cache
+    /// left (only a bug elsewhere can do that) is simply let go.
+    fn release(&mut self, recycle: bool) -> Released {
+        let Some(b) = self.block else {
+            return Released::Detached;
+        };
+        let reset = PAGE_FRAG_CACHE_MAX_SIZE + 1;
+        let r = self
+            .za
+            .frag_release(b.pfn, b.bias, self.pagecnt_bias, recycle.then_some(reset))
+            .unwrap_or(Released::Detached);
+        if r == Released::Recycled {
+            self.pagecnt_bias = reset;
+            self.offset = 0;
+        } else {
+            self.block = None;
+        }
+        r
     }
 
     /// `page_frag_cache_drain()`: drops the cache's share of its current block,
     /// freeing it if no fragment is still out.
     pub fn drain(&mut self) {
-        if let Some((pfn, _, _)) = self.block.take() {
-            let freed = self
-                .za
-                .page_ref_sub_or_reset(pfn, self.pagecnt_bias, 1)
-                .expect("the cache holds references on its block");
-            if freed {
-                // The count reached zero and was reset to our single reference:
-                // release it through the ordinary path.
-                let _ = self.za.page_frag_put(pfn);
-            }
-        }
+        self.release(false);
     }
 }
 
@@ -258,33 +328,102 @@ impl<B: Backend> ZoneAllocator<B> {
     /// last one frees the block (by `Config::frag_free_path`). Any thread may call it.
     ///
     /// # Errors
-    /// `ForeignAddress` if `addr` is not in this allocator's memory, or the
-    /// `FreeError` of its frame if that is not inside an allocated block (a fragment
-    /// freed after its block was already freed).
+    /// `ForeignAddress` if `addr` is not in this allocator's memory; the `FreeError`
+    /// of its frame if that is not inside an allocated block (a fragment freed after
+    /// its block was already freed); `AlreadyFree` if the block is still a cache's
+    /// and none of its fragments is out (a fragment freed once too often);
+    /// `Guarded` inside a `PageBlock`'s block. Nothing changes on error.
     pub fn page_frag_free(&self, addr: *const u8) -> Result<(), FreeError> {
         let pfn = self
             .backend()
             .pfn_of_addr(addr)
             .ok_or(FreeError::ForeignAddress(addr as usize))?;
         let (head, _) = self.block_of(pfn)?;
-        self.page_frag_put(head).map(|_| ())
+        let z = self.zone_of(head).ok_or(FreeError::OutOfRange(head))?;
+        let bias = z.frames.bias_slot(z.idx(head));
+        let (old, new) = self.update_head(z, head, Holder::Frag, |w| {
+            // Acquire: pairs with the cache's Release store of the bias.
+            if w.flags() & FLAG_FRAG != 0 && w.refcount() <= bias.load(Ordering::Acquire) {
+                return Err(FreeError::AlreadyFree(pfn));
+            }
+            Ok(if w.refcount() <= 1 {
+                Word::frozen(w.order())
+            } else {
+                w.with_refcount(w.refcount() - 1)
+            })
+        })?;
+        if new.tag() == TAG_FROZEN {
+            self.release_frozen(z, head, old.order(), self.frag_via(old.order()));
+        }
+        Ok(())
     }
 
-    /// Drops one reference on a fragment block, freeing by the configured path.
-    fn page_frag_put(&self, head: Pfn) -> Result<bool, FreeError> {
-        let z = self.zone_of(head).ok_or(FreeError::OutOfRange(head))?;
-        let cpu = self.current_cpu();
+    /// Where a fragment block goes when its last reference is dropped.
+    fn frag_via(&self, order: Order) -> Via {
+        let cpu = Via::Cpu(self.current_cpu());
         match self.config().frag_free_path {
-            FragFreePath::PcpAll => self.put_and_free(z, head, None, Via::Cpu(cpu)),
-            path => {
-                let order = self.block_of(head)?.1;
-                let via = if path == FragFreePath::PcpOrder0 && order.0 == 0 {
-                    Via::Cpu(cpu)
-                } else {
-                    Via::Zone
-                };
-                self.put_and_free(z, head, None, via)
-            }
+            FragFreePath::PcpAll => cpu,
+            FragFreePath::PcpOrder0 if order.0 == 0 => cpu,
+            _ => Via::Zone,
         }
+    }
+
+    /// Makes the freshly allocated block at `head` a cache's: publishes `bias` in its
+    /// bias slot, then adds `bias - 1` references and sets `FLAG_FRAG` in one step.
+    fn frag_claim(&self, head: Pfn, bias: u32) -> Result<&AtomicU32, FreeError> {
+        let z = self.zone_of(head).ok_or(FreeError::OutOfRange(head))?;
+        let slot = z.frames.bias_slot(z.idx(head));
+        slot.store(bias, Ordering::Release);
+        self.update_head(z, head, Holder::Frag, |w| {
+            if w.flags() != 0 {
+                return Err(FreeError::Busy(head));
+            }
+            let r = w
+                .refcount()
+                .checked_add(bias - 1)
+                .ok_or(FreeError::RefcountOverflow(head))?;
+            Ok(w.with_refcount(r).with_flags(FLAG_FRAG))
+        })?;
+        Ok(slot)
+    }
+
+    /// Gives up a cache's `bias` references on its block `head` (see the module
+    /// documentation). With fragments still out the block is detached: its count
+    /// becomes theirs and `FLAG_FRAG` is cleared. With none out it is recycled with
+    /// `reset` as the new count and bias, or freed when `reset` is `None`.
+    fn frag_release(
+        &self,
+        head: Pfn,
+        slot: &AtomicU32,
+        bias: u32,
+        reset: Option<u32>,
+    ) -> Result<Released, FreeError> {
+        let z = self.zone_of(head).ok_or(FreeError::OutOfRange(head))?;
+        let (old, new) = self.update_head(z, head, Holder::Frag, |w| {
+            if w.flags() & FLAG_FRAG == 0 {
+                return Err(FreeError::Busy(head));
+            }
+            let r = w.refcount();
+            if r > bias {
+                return Ok(w.with_refcount(r - bias).with_flags(0));
+            }
+            // No fragment is out, so no free can succeed now (the count is at the
+            // bias). Publish the new bias before the count grows to it.
+            Ok(match reset {
+                Some(n) => {
+                    slot.store(n, Ordering::Release);
+                    w.with_refcount(n)
+                }
+                None => Word::frozen(w.order()),
+            })
+        })?;
+        if new.tag() == TAG_FROZEN {
+            self.release_frozen(z, head, old.order(), self.frag_via(old.order()));
+            return Ok(Released::Freed);
+        }
+        if new.flags() & FLAG_FRAG == 0 {
+            return Ok(Released::Detached);
+        }
+        Ok(Released::Recycled)
     }
 }

@@ -39,15 +39,20 @@ pub(crate) struct PageblockTable {
 impl PageblockTable {
     /// All blocks `Movable` (as Linux's memmap init leaves them); `flags[i]` supplies
     /// the COUNTED/WHOLE bits of block `i`.
-    pub fn new(first_block: u64, shift: u8, flags: impl Iterator<Item = u8>) -> PageblockTable {
-        let v: Vec<AtomicU8> = flags
-            .map(|f| AtomicU8::new(f | Migratetype::Movable as u8))
-            .collect();
-        PageblockTable {
+    /// `None` if the table's memory cannot be had.
+    pub fn new(
+        first_block: u64,
+        shift: u8,
+        flags: impl ExactSizeIterator<Item = u8>,
+    ) -> Option<PageblockTable> {
+        let mut v: Vec<AtomicU8> = Vec::new();
+        v.try_reserve_exact(flags.len()).ok()?;
+        v.extend(flags.map(|f| AtomicU8::new(f | Migratetype::Movable as u8)));
+        Some(PageblockTable {
             first_block,
             shift,
             bytes: v.into_boxed_slice(),
-        }
+        })
     }
 
     #[inline]

@@ -96,6 +96,31 @@ impl Default for PcpConfig {
     }
 }
 
+/// Largest `PcpConfig::batch`, `high_min` and `high_max` accepted: a zone has fewer
+/// frames than this, and the list arithmetic (`batch << 5`, `high + batch`) stays far
+/// from overflow below it.
+pub const PCP_TUNABLE_MAX: u64 = u32::MAX as u64;
+
+impl PcpConfig {
+    /// Checks each tunable against `PCP_TUNABLE_MAX`.
+    ///
+    /// # Errors
+    /// `ConfigError::Pcp` naming the first tunable out of range.
+    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
+        for (name, v) in [
+            ("batch", self.batch),
+            ("high_min", self.high_min),
+            ("high_max", self.high_max),
+            ("high_fraction", Some(self.high_fraction)),
+        ] {
+            if let Some(v) = v.filter(|&v| v > PCP_TUNABLE_MAX) {
+                return Err(crate::config::ConfigError::Pcp(name, v));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `pcp_allowed_order()`: orders 0..=3 and the pageblock (THP) order.
 #[inline]
 pub(crate) fn pcp_allowed_order(order: Order, pageblock_order: Order) -> bool {

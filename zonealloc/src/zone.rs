@@ -12,8 +12,8 @@
 
 use alloc::boxed::Box;
 
-use crate::config::ZoneConfig;
-use crate::frame::{FrameList, FrameTable, Word, TAG_HOLE};
+use crate::config::{ConfigError, ZoneConfig};
+use crate::frame::{FrameList, FrameTable, PageMeta, Word, TAG_HOLE};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
 use crate::pcp::PcpSlot;
@@ -157,11 +157,14 @@ impl Zone {
         pageblock_order: Order,
         mobility_grouping: bool,
         nr_cpus: usize,
-    ) -> Zone {
+    ) -> Result<Zone, ConfigError> {
         let start = zc.start_pfn.0;
         let spanned = zc.spanned_pages;
         let end = start + spanned;
-        let frames = FrameTable::new(spanned as usize);
+        let no_memory = ConfigError::Metadata {
+            bytes: spanned.saturating_mul(core::mem::size_of::<PageMeta>() as u64),
+        };
+        let frames = FrameTable::new(spanned as usize).ok_or(no_memory)?;
         let mut holes = 0u64;
         for &(h, n) in &zc.holes {
             for p in h.0..h.0 + n {
@@ -182,8 +185,8 @@ impl Zone {
         };
         let offset = start & (pb_nr - 1);
         let is_hole = |p: u64| frames.word((p - start) as u32).tag() == TAG_HOLE;
-        let block_flags = (0..nr_blocks).map(|k| {
-            let b = first_block + k;
+        let block_flags = (0..nr_blocks as usize).map(|k| {
+            let b = first_block + k as u64;
             let bstart = b << pb;
             let bend = bstart + pb_nr;
             let probe = bstart + offset;
@@ -196,7 +199,7 @@ impl Zone {
             }
             f
         });
-        let blocks = PageblockTable::new(first_block, pb, block_flags);
+        let blocks = PageblockTable::new(first_block, pb, block_flags).ok_or(no_memory)?;
         let managed = present;
         let zone = Zone {
             id,
@@ -245,7 +248,7 @@ impl Zone {
             .count() as u64;
         zone.counters.nr_blocks[Migratetype::Movable.idx()].store(counted, Ordering::Relaxed);
         zone.release_initial_frames();
-        zone
+        Ok(zone)
     }
 
     /// Frees every present frame in the largest naturally aligned chunks

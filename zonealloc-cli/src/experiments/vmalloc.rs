@@ -437,8 +437,12 @@ fn seed_layout(mode: &str, rows: &[Row]) -> String {
 /// The test's one-byte write to page 0 of an area: lands in the frame (nothing
 /// happens on abstract frames). The area owns the page; the guard is released
 /// without freeing.
+#[allow(unsafe_code)]
 fn touch<B: Backend>(za: &ZoneAllocator<B>, pfn: Pfn) {
-    let mut page = PageBlock::from_raw(za, pfn, Order(0));
+    // SAFETY: the area owns the page's one reference, lent to the guard for this
+    // call, and nothing else reads or writes the page meanwhile.
+    let mut page = unsafe { PageBlock::from_raw(za, pfn, Order(0)) }
+        .expect("an area's page is an allocated order-0 page");
     if let Some(b) = page.bytes_mut() {
         b[0] = 0;
     }
