@@ -83,7 +83,7 @@ pub enum FragError {
     /// The fragment is larger than the cache's blocks, or larger than a page and
     /// does not fit in the current block.
     TooLarge,
-    /// The alignment is not a power of two.
+    /// The alignment is not a power of two, or is larger than a page.
     BadAlign,
     /// The allocator had no page for a refill.
     NoMemory(AllocError),
@@ -94,7 +94,7 @@ impl core::fmt::Display for FragError {
         match self {
             FragError::NoAddresses => f.write_str("backend has no addresses"),
             FragError::TooLarge => f.write_str("fragment too large for the cache's blocks"),
-            FragError::BadAlign => f.write_str("alignment not a power of two"),
+            FragError::BadAlign => f.write_str("alignment not a power of two up to a page"),
             FragError::NoMemory(e) => write!(f, "refill failed: {e}"),
         }
     }
@@ -227,7 +227,8 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
     /// Free it with `ZoneAllocator::page_frag_free`.
     ///
     /// # Errors
-    /// `NoAddresses` on a backend without memory, `BadAlign`, `TooLarge` for a
+    /// `NoAddresses` on a backend without memory, `BadAlign` for an alignment that is
+    /// not a power of two or exceeds a page, `TooLarge` for a
     /// fragment larger than the cache's blocks, or above a page and not fitting in
     /// the current block; `NoMemory` when a refill fails. Nothing changes on error.
     ///
@@ -245,14 +246,16 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
     /// assert!(za.page_frag_free(b.as_ptr()).is_err());
     /// ```
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, FragError> {
-        if !align.is_power_of_two() {
-            return Err(FragError::BadAlign);
-        }
         let page_size = self
             .za
             .backend()
             .page_size()
             .ok_or(FragError::NoAddresses)?;
+        // Blocks are page-aligned at least, so an offset aligned to at most a page is
+        // an address aligned as much.
+        if !align.is_power_of_two() || align > page_size {
+            return Err(FragError::BadAlign);
+        }
         if size > page_size << self.refill_order.0 {
             return Err(FragError::TooLarge);
         }
