@@ -1027,14 +1027,14 @@ pub(crate) enum Via {
 /// load, kept current by the kernel), else `sched_getcpu()`.
 #[inline]
 fn os_cpu_id() -> usize {
-    #[cfg(all(feature = "std", target_os = "linux", not(loom)))]
+    #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
     {
         if let Some(c) = crate::os::rseq_cpu_id() {
             return c;
         }
         crate::os::sched_getcpu()
     }
-    #[cfg(not(all(feature = "std", target_os = "linux", not(loom))))]
+    #[cfg(not(all(feature = "std", target_os = "linux", not(any(loom, miri)))))]
     0
 }
 
@@ -1065,4 +1065,106 @@ fn isqrt(n: u64) -> u64 {
         y = (x + n / x) / 2;
     }
     x
+}
+
+#[cfg(test)]
+mod tests {
+    //! Small workloads over abstract frames, sized so that Miri can run them (the CI
+    //! runs this module under `cargo miri test`): every allocation path, the guard
+    //! flag, the multi-page frees, and two real threads racing on one block.
+
+    use super::*;
+    use crate::config::Config;
+
+    fn small() -> ZoneAllocator {
+        ZoneAllocator::new(Config {
+            nr_cpus: 2,
+            min_free_kbytes: Some(0),
+            ..Config::with_bytes(4 << 20)
+        })
+        .unwrap()
+    }
+
+    #[track_caller]
+    fn settled(za: &ZoneAllocator) {
+        za.drain_all_pages();
+        let r = za.check_invariants().unwrap();
+        assert_eq!(r.allocated_pages, 0);
+        assert_eq!(za.nr_free_pages(), za.managed_pages());
+    }
+
+    #[test]
+    fn every_order_round_trips_and_a_second_free_is_refused() {
+        let za = small();
+        for o in 0..=za.config().max_order.0 {
+            let order = Order(o);
+            let p = za.alloc_pages(Gfp::KERNEL, order).unwrap();
+            assert!(p.is_aligned(order));
+            za.free_pages(p, order).unwrap();
+            assert!(za.free_pages(p, order).is_err());
+        }
+        settled(&za);
+    }
+
+    #[test]
+    fn guarded_blocks_answer_to_their_guard_alone() {
+        let za = small();
+        let g = za.alloc_block(Gfp::KERNEL, Order(2)).unwrap();
+        let p = g.pfn();
+        assert_eq!(za.free_pages(p, Order(2)), Err(FreeError::Guarded(p)));
+        assert_eq!(za.get_page(p), Err(FreeError::Guarded(p)));
+        drop(g);
+        assert!(za.free_pages(p, Order(2)).is_err(), "the guard freed it");
+        settled(&za);
+    }
+
+    #[test]
+    fn multi_page_frees_take_pages_in_ascending_order() {
+        let za = small();
+        let head = za.alloc_pages(Gfp::KERNEL, Order(3)).unwrap();
+        za.split_page(head, Order(3)).unwrap();
+        let mut pages: Vec<Pfn> = (0..8).map(|i| head.add(i)).collect();
+        pages.reverse();
+        za.free_pages_bulk(&pages[..4]).unwrap();
+        assert!(za.free_pages_bulk(&pages[..4]).is_err());
+        za.free_contig_range(head, 4).unwrap();
+        assert!(za.free_contig_range(head, 4).is_err());
+        settled(&za);
+    }
+
+    #[test]
+    fn two_threads_racing_to_free_one_block_have_one_winner() {
+        let za = small();
+        for round in 0..8u8 {
+            let order = Order(round % 4);
+            let p = za.alloc_pages(Gfp::KERNEL, order).unwrap();
+            let wins: usize = std::thread::scope(|s| {
+                let a = s.spawn(|| za.free_pages_on(0, p, order).is_ok() as usize);
+                let b = s.spawn(|| za.free_pages_on(1, p, order).is_ok() as usize);
+                a.join().unwrap() + b.join().unwrap()
+            });
+            assert_eq!(wins, 1, "round {round}");
+        }
+        settled(&za);
+    }
+
+    #[test]
+    fn per_cpu_lists_fill_and_flush_from_two_threads() {
+        let za = small();
+        std::thread::scope(|s| {
+            for cpu in 0..2 {
+                let za = &za;
+                s.spawn(move || {
+                    let got: Vec<Pfn> = (0..40)
+                        .map(|_| za.alloc_pages_on(cpu, Gfp::KERNEL, Order(0)).unwrap())
+                        .collect();
+                    // Free on the other CPU's lists: cross-CPU frees.
+                    for p in got {
+                        za.free_pages_on(1 - cpu, p, Order(0)).unwrap();
+                    }
+                });
+            }
+        });
+        settled(&za);
+    }
 }

@@ -68,7 +68,7 @@ pub mod figures;
 mod frame;
 mod gfp;
 mod isolate;
-#[cfg(all(feature = "std", target_os = "linux", not(loom)))]
+#[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
 mod os;
 mod owned;
 mod page_frag;
