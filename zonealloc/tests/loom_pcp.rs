@@ -1,4 +1,5 @@
-//! Loom models of the per-CPU list protocol (testing plan §3).
+//! Loom models of the per-CPU list protocol (testing plan §3), the multi-page frees'
+//! ascending claim, and page_frag's published bias.
 //!
 //! Built only with `--cfg loom`, where `crate::sync` swaps every atomic and lock of the
 //! allocator for loom's, so loom explores the interleavings of two simulated CPUs
@@ -553,5 +554,150 @@ fn stats_snapshot_vs_split() {
         finish(&za, &l);
         free(&za, &l, 0, a, Order(0), 1);
         finish(&za, &l);
+    });
+}
+
+// -----------------------------------------------------------------------------
+// Multi-page frees: pages taken in ascending order, restored on failure
+// -----------------------------------------------------------------------------
+
+/// (8) `free_contig_range` and `free_pages_bulk` (listing the pages backwards) free
+/// the same two order-0 pages at once: exactly one succeeds, the loser changes
+/// nothing, and both pages are freed exactly once.
+#[test]
+fn contig_vs_bulk_double_free() {
+    model("contig_vs_bulk_double_free", || {
+        let za = new_allocator(true);
+        let l = Ledger::new();
+        let b = alloc(&za, &l, 0, Order(1), 1);
+        za.split_page(b, Order(1)).unwrap();
+        l.release(b, Order(1), 1);
+        let t1 = {
+            let za = za.clone();
+            thread::spawn(move || za.free_contig_range(b, 2).is_ok())
+        };
+        let t2 = {
+            let za = za.clone();
+            thread::spawn(move || za.free_pages_bulk(&[b.add(1), b]).is_ok())
+        };
+        let wins = t1.join().unwrap() as u32 + t2.join().unwrap() as u32;
+        assert_eq!(wins, 1, "both or neither multi-page free won");
+        finish(&za, &l);
+    });
+}
+
+// -----------------------------------------------------------------------------
+// page_frag: the published bias
+// -----------------------------------------------------------------------------
+
+/// Frames with memory for the fragment models: a leaked buffer (loom runs each model
+/// many times; the fragments never touch it).
+struct Buf {
+    base: usize,
+}
+
+const PAGE: usize = 4096;
+
+impl Buf {
+    fn new() -> Buf {
+        let v: &'static mut [u8] = vec![0u8; FRAMES as usize * PAGE + PAGE].leak();
+        Buf {
+            base: (v.as_mut_ptr() as usize).next_multiple_of(PAGE),
+        }
+    }
+}
+
+// SAFETY: every frame maps to its own page of a leaked buffer that lives forever;
+// frames are contiguous and do not overlap.
+#[allow(unsafe_code)]
+unsafe impl zonealloc::Backend for Buf {
+    fn page_address(&self, pfn: Pfn) -> Option<std::ptr::NonNull<u8>> {
+        (pfn.0 < FRAMES).then(|| {
+            std::ptr::NonNull::new((self.base + pfn.0 as usize * PAGE) as *mut u8).unwrap()
+        })
+    }
+    fn zero_pages(&self, _pfn: Pfn, _nr: u64) {}
+    fn pfn_of_addr(&self, addr: *const u8) -> Option<Pfn> {
+        let off = (addr as usize).checked_sub(self.base)?;
+        (off < FRAMES as usize * PAGE).then(|| Pfn((off / PAGE) as u64))
+    }
+    fn page_size(&self) -> Option<usize> {
+        Some(PAGE)
+    }
+}
+
+fn frag_allocator() -> Arc<ZoneAllocator<Buf>> {
+    Arc::new(ZoneAllocator::with_backend(tiny_config(true), Buf::new()).expect("tiny config"))
+}
+
+/// The end of a fragment model: every frame free again, nothing stranded.
+#[track_caller]
+fn frag_finish(za: &ZoneAllocator<Buf>) {
+    za.drain_all_pages();
+    let rep = za
+        .check_invariants()
+        .unwrap_or_else(|v| panic!("check_invariants: {v}"));
+    assert_eq!(
+        rep.allocated_pages, 0,
+        "a fragment block is still allocated"
+    );
+    assert_eq!(za.nr_free_pages(), za.managed_pages(), "frames lost");
+}
+
+/// (9) A fragment freed twice on one thread while the owner frees the other fragment
+/// and drains the cache: of the three frees exactly two (the fragments carved) are
+/// accepted, whatever the order, and the block is freed exactly once.
+#[test]
+fn frag_over_free_vs_drain() {
+    model("frag_over_free_vs_drain", || {
+        let za = frag_allocator();
+        let mut cache = zonealloc::PageFragCache::with_refill_order(&za, Gfp::ATOMIC, Order(0));
+        let f1 = cache.alloc(64, 8).unwrap().as_ptr() as usize;
+        let f2 = cache.alloc(64, 8).unwrap().as_ptr() as usize;
+        let t = {
+            let za = za.clone();
+            thread::spawn(move || {
+                let a = za.page_frag_free(f1 as *const u8).is_ok() as u32;
+                a + za.page_frag_free(f1 as *const u8).is_ok() as u32
+            })
+        };
+        let mine = za.page_frag_free(f2 as *const u8).is_ok() as u32;
+        drop(cache);
+        let theirs = t.join().unwrap();
+        assert_eq!(
+            mine + theirs,
+            2,
+            "frees accepted: mine {mine}, theirs {theirs}"
+        );
+        frag_finish(&za);
+    });
+}
+
+/// (10) A legitimate fragment free races with the owner carving more fragments,
+/// exhausting the block (recycling or detaching it) and refilling: the free is never
+/// refused, and everything comes back.
+#[test]
+fn frag_free_vs_carve_and_recycle() {
+    model("frag_free_vs_carve_and_recycle", || {
+        let za = frag_allocator();
+        let mut cache = zonealloc::PageFragCache::with_refill_order(&za, Gfp::ATOMIC, Order(0));
+        let f1 = cache.alloc(2048, 8).unwrap().as_ptr() as usize;
+        let t = {
+            let za = za.clone();
+            thread::spawn(move || za.page_frag_free(f1 as *const u8))
+        };
+        let f2 = cache.alloc(2048, 8).unwrap().as_ptr() as usize;
+        // The block is full: this one recycles it (if f1 and f2 are back, which f2
+        // is not) or detaches it and refills.
+        let f3 = cache.alloc(2048, 8).unwrap().as_ptr() as usize;
+        za.page_frag_free(f2 as *const u8).unwrap();
+        za.page_frag_free(f3 as *const u8).unwrap();
+        drop(cache);
+        assert_eq!(
+            t.join().unwrap(),
+            Ok(()),
+            "a legitimate fragment free was refused"
+        );
+        frag_finish(&za);
     });
 }
