@@ -501,9 +501,17 @@ impl<B: Backend> ZoneAllocator<B> {
                 && !z.watermark_fast(req.order, z.wmark(flags.wmark()), req.highest, flags)
             {
                 ZoneEvents::inc(&z.events.wmark_fail, 1);
+                // The watermark guards the zone's free pages; blocks already on this
+                // CPU's list are not counted there, and handing them out takes
+                // nothing from the zone. Without this, a refill that dips below the
+                // mark would fail every later allocation into a drain of the very
+                // blocks it took (a refill/drain ping-pong near the watermark).
+                if let Some(p) = self.rmqueue(z, req, flags, false) {
+                    return Some(p);
+                }
                 continue;
             }
-            if let Some(p) = self.rmqueue(z, req, flags) {
+            if let Some(p) = self.rmqueue(z, req, flags, true) {
                 return Some(p);
             }
         }
@@ -514,14 +522,17 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// `rmqueue()`: from this CPU's list where the order has one, else the buddy;
-    /// a block that fails its debug checks is retired and another one taken.
+    /// a block that fails its debug checks is retired and another one taken. With
+    /// `from_zone` false, only blocks already on this CPU's list are taken.
     #[inline]
-    fn rmqueue(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
+    fn rmqueue(&self, z: &Zone, req: &Request, flags: AllocFlags, from_zone: bool) -> Option<Pfn> {
         let order = req.order;
         loop {
-            let pfn = self
-                .rmqueue_pcplist(z, req, flags)
-                .or_else(|| self.rmqueue_buddy(z, req, flags))?;
+            let pfn = self.rmqueue_pcplist(z, req, flags, from_zone).or_else(|| {
+                from_zone
+                    .then(|| self.rmqueue_buddy(z, req, flags))
+                    .flatten()
+            })?;
             if self.alloc_check(z, pfn, order) {
                 self.prep_new_page(z, pfn, order, req.gfp, req.mt, req.head_flags);
                 return Some(pfn);
@@ -529,14 +540,21 @@ impl<B: Backend> ZoneAllocator<B> {
         }
     }
 
-    /// `rmqueue_pcplist()`: this CPU's list, if the order has one and its lock is free.
+    /// `rmqueue_pcplist()`: this CPU's list, if the order has one and its lock is
+    /// free, refilled from the zone when empty if `refill`.
     #[inline]
-    fn rmqueue_pcplist(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
+    fn rmqueue_pcplist(
+        &self,
+        z: &Zone,
+        req: &Request,
+        flags: AllocFlags,
+        refill: bool,
+    ) -> Option<Pfn> {
         if !self.config.pcp.enabled || !pcp_allowed_order(req.order, z.pageblock_order) {
             return None;
         }
         z.pcp_trylock(req.cpu)?
-            .rmqueue(req.order, req.mt, flags, &self.debug.faults)
+            .rmqueue(req.order, req.mt, flags, &self.debug.faults, refill)
     }
 
     /// `rmqueue_buddy()`: a block from the buddy lists under the zone lock.

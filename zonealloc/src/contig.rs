@@ -395,7 +395,7 @@ impl<B: Backend> ZoneAllocator<B> {
             if slot.is_some() {
                 continue;
             }
-            match pcp.rmqueue(Order(0), mt, flags, &self.debug.faults) {
+            match pcp.rmqueue(Order(0), mt, flags, &self.debug.faults, true) {
                 Some(p) => got.push((i, p)),
                 None => break,
             }

@@ -278,8 +278,9 @@ impl PcpLocked<'_> {
     // ---------------------------------------------------------------------------
 
     /// `rmqueue_pcplist()`: a block of `order` for type `mt` from this CPU's list,
-    /// refilling it from the buddy lists when empty. The returned head has no state
-    /// yet; the caller publishes it. `highatomic` requests never refill.
+    /// refilling it from the buddy lists when empty and `refill` allows it. The
+    /// returned head has no state yet; the caller publishes it. `highatomic`
+    /// requests never refill.
     #[inline]
     pub(crate) fn rmqueue(
         &mut self,
@@ -287,9 +288,13 @@ impl PcpLocked<'_> {
         mt: Migratetype,
         flags: crate::gfp::AllocFlags,
         faults: &crate::debug::Faults,
+        refill: bool,
     ) -> Option<Pfn> {
-        self.pcp.free_count >>= 1;
         let pindex = order_to_pindex(mt, order);
+        if !refill && self.pcp.lists[pindex].is_empty() {
+            return None;
+        }
+        self.pcp.free_count >>= 1;
         if self.pcp.lists[pindex].is_empty() {
             if faults.should_fail(crate::debug::FaultSite::PcpRefill) {
                 return None;
