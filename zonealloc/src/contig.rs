@@ -100,7 +100,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// ```
     pub fn free_contig_range(&self, pfn: Pfn, nr: u64) -> Result<(), FreeError> {
         let z = self.zone_of_range(pfn, nr)?;
-        let mut claim = Claim::new(nr as usize);
+        let mut claim = Claim::default();
         let pages = (0..nr).map(|i| (pfn.add(i), 1));
         self.claim_pages(z, pages.clone(), &mut claim)?;
         self.commit_pages(z, pages, &claim, self.current_cpu());
@@ -304,7 +304,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut claims: Vec<Claim> = Vec::with_capacity(runs.len());
         for (r, run) in runs.iter().enumerate() {
             let z = zone_of_run(run);
-            let mut claim = Claim::new(run.1);
+            let mut claim = Claim::default();
             let it = (run.0..run.0 + run.1).map(entry);
             if let Err(e) = self.claim_pages(z, it, &mut claim) {
                 for (done, c) in runs[..r].iter().zip(&claims) {
@@ -569,45 +569,36 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 }
 
-/// Which pages of a multi-page free its first phase took (a bit per page).
+/// Which pages of a multi-page free its first phase took (a bit per page): on the
+/// stack for the first 512 pages, on the heap beyond, grown only as far as pages are
+/// taken (a bad page early in a huge range costs no large bitmap).
+#[derive(Default)]
 struct Claim {
     inline: [u64; 8],
     heap: Vec<u64>,
 }
 
 impl Claim {
-    /// Room for `n` pages: on the stack up to 512, on the heap beyond.
-    fn new(n: usize) -> Claim {
-        let words = n.div_ceil(64);
-        Claim {
-            inline: [0; 8],
-            heap: if words > 8 {
-                alloc::vec![0; words]
-            } else {
-                Vec::new()
-            },
-        }
-    }
-
-    fn words(&self) -> &[u64] {
-        if self.heap.is_empty() {
-            &self.inline
-        } else {
-            &self.heap
-        }
-    }
-
     fn set(&mut self, i: usize) {
-        let w = if self.heap.is_empty() {
-            &mut self.inline
-        } else {
-            &mut self.heap[..]
-        };
-        w[i / 64] |= 1 << (i % 64);
+        let (w, bit) = (i / 64, 1u64 << (i % 64));
+        if let Some(x) = self.inline.get_mut(w) {
+            *x |= bit;
+            return;
+        }
+        let w = w - self.inline.len();
+        if self.heap.len() <= w {
+            self.heap.resize(w + 1, 0);
+        }
+        self.heap[w] |= bit;
     }
 
     fn get(&self, i: usize) -> bool {
-        self.words()[i / 64] & (1 << (i % 64)) != 0
+        let w = i / 64;
+        let word = match self.inline.get(w) {
+            Some(&x) => x,
+            None => self.heap.get(w - self.inline.len()).copied().unwrap_or(0),
+        };
+        word & (1 << (i % 64)) != 0
     }
 }
 
@@ -621,5 +612,24 @@ impl<B: Backend> ZoneAllocator<B> {
             TAG_TAIL => self.block_of(pfn).is_err(),
             _ => true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Claim;
+
+    #[test]
+    fn claim_bits_cross_from_the_stack_to_the_heap() {
+        let mut c = Claim::default();
+        let set = [0usize, 63, 64, 511, 512, 513, 4095, 100_000];
+        for &i in &set {
+            c.set(i);
+        }
+        for i in 0..100_010 {
+            assert_eq!(c.get(i), set.contains(&i), "bit {i}");
+        }
+        // Nothing beyond the last page taken was allocated.
+        assert_eq!(c.heap.len(), (100_000 - 512) / 64 + 1);
     }
 }

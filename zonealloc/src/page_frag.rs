@@ -228,9 +228,10 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
     ///
     /// # Errors
     /// `NoAddresses` on a backend without memory, `BadAlign` for an alignment that is
-    /// not a power of two or exceeds a page, `TooLarge` for a
-    /// fragment larger than the cache's blocks, or above a page and not fitting in
-    /// the current block; `NoMemory` when a refill fails. Nothing changes on error.
+    /// not a power of two or exceeds a page, `TooLarge` for a fragment larger than the
+    /// cache's blocks, or above a page and not fitting in the current block: nothing
+    /// changes then. `NoMemory` when a refill fails; the exhausted block was given up
+    /// first, as in Linux.
     ///
     /// # Examples
     /// ```
@@ -292,9 +293,10 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
         }
     }
 
-    /// Gives up the cache's share of its block (`recycle`: keep it if no fragment is
-    /// out, else free it). Never fails: a block whose state is not what the cache
-    /// left (only a bug elsewhere can do that) is simply let go.
+    /// Gives up the cache's share of its block. A block with fragments still out is
+    /// left to them; one with none out is kept with a fresh bias if `recycle`, else
+    /// freed. Never fails: a block whose state is not what the cache left (only a bug
+    /// elsewhere can do that) is simply let go.
     fn release(&mut self, recycle: bool) -> Released {
         let Some(b) = self.block else {
             return Released::Detached;
