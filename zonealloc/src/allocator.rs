@@ -27,10 +27,10 @@ use alloc::vec::Vec;
 use core::ptr::NonNull;
 
 use crate::backend::{AbstractFrames, Backend};
-use crate::buddy::RmqueueMode;
 use crate::config::{Config, ConfigError};
-use crate::debug::{DebugState, FaultSite};
+use crate::debug::DebugState;
 use crate::error::{AllocError, FreeError};
+use crate::fault::FaultSite;
 use crate::frame::{
     FrameState, Word, FLAG_FRAG, FLAG_GUARDED, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE,
     TAG_PCP, TAG_TAIL,
@@ -137,6 +137,9 @@ impl<B: Backend> ZoneAllocator<B> {
             }
             node_zones.push(nz);
         }
+        for z in &zones {
+            z.lock().release_initial_frames();
+        }
         let mut lookup: Vec<(u64, u64, usize)> = zones
             .iter()
             .filter(|z| z.spanned > 0)
@@ -159,6 +162,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     .into_boxed_slice()
             })
             .collect();
+        let debug = config.debug;
         let mut za = ZoneAllocator {
             min_free_kbytes: 0,
             config,
@@ -167,10 +171,10 @@ impl<B: Backend> ZoneAllocator<B> {
             zonelists,
             node_zones: node_zones.into_boxed_slice(),
             backend,
-            debug: DebugState::default(),
+            debug: DebugState::new(debug),
         };
         za.setup_watermarks(za.config.min_free_kbytes)?;
-        za.init_free_memory();
+        za.debug.init_free_memory(&za.backend, &za.zones);
         Ok(za)
     }
 
@@ -406,7 +410,7 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// The allocation path: fast pass, slow pass, drain and unreserve, last pass.
     /// The block's head is published with `head_flags` (`FLAG_GUARDED` for a guard).
-    fn alloc_pages_node_on(
+    pub(crate) fn alloc_pages_node_on(
         &self,
         cpu: usize,
         nid: u16,
@@ -414,7 +418,7 @@ impl<B: Backend> ZoneAllocator<B> {
         order: Order,
         head_flags: u8,
     ) -> Result<Pfn, AllocError> {
-        if self.should_fail(FaultSite::Alloc) {
+        if self.debug.faults.should_fail(FaultSite::Alloc) {
             return Err(AllocError::NoMemory { order });
         }
         if order > self.config.max_order {
@@ -533,7 +537,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     .then(|| self.rmqueue_buddy(z, req, flags))
                     .flatten()
             })?;
-            if self.alloc_check(z, pfn, order) {
+            if self.debug.alloc_check(&self.backend, z, pfn, order) {
                 self.prep_new_page(z, pfn, order, req.gfp, req.mt, req.head_flags);
                 return Some(pfn);
             }
@@ -559,32 +563,8 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// `rmqueue_buddy()`: a block from the buddy lists under the zone lock.
     fn rmqueue_buddy(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
-        let order = req.order;
-        let mt = if z.mobility_disabled {
-            Migratetype::Unmovable
-        } else {
-            req.mt
-        };
-        let pfn = {
-            let mut zl = z.lock();
-            let mut page = None;
-            if flags.has(AllocFlags::HIGHATOMIC) {
-                page = zl.rmqueue_smallest(order, Migratetype::HighAtomic);
-            }
-            if page.is_none() {
-                let mut mode = RmqueueMode::Normal;
-                page = zl.rmqueue(order, mt, flags, &mut mode);
-                if page.is_none() && flags.has(AllocFlags::OOM | AllocFlags::NON_BLOCK) {
-                    page = zl.rmqueue_smallest(order, Migratetype::HighAtomic);
-                }
-            }
-            let pfn = page?;
-            if flags.has(AllocFlags::HIGHATOMIC) && order.0 > 0 {
-                zl.reserve_highatomic(pfn, order);
-            }
-            pfn
-        };
-        ZoneEvents::inc(&z.events.pgalloc, order.nr_pages());
+        let pfn = z.lock().rmqueue_one(req.order, req.mt, flags)?;
+        ZoneEvents::inc(&z.events.pgalloc, req.order.nr_pages());
         Some(pfn)
     }
 
@@ -736,7 +716,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// and the caller owns it) through `via`, after the debug modes' free hooks.
     #[inline]
     pub(crate) fn release_frozen(&self, z: &Zone, pfn: Pfn, order: Order, via: Via) {
-        self.free_prepare(pfn, order);
+        self.debug.free_prepare(&self.backend, pfn, order);
         match via {
             Via::Cpu(cpu) => self.free_frozen(z, pfn, order, cpu),
             Via::Zone => self.free_one_page(z, pfn, order),
@@ -962,19 +942,6 @@ impl<B: Backend> ZoneAllocator<B> {
         false
     }
 
-    /// Allocates a block owned by the returned guard, which frees it when dropped.
-    ///
-    /// # Errors
-    /// As `alloc_pages`.
-    pub fn alloc_block(
-        &self,
-        gfp: Gfp,
-        order: Order,
-    ) -> Result<crate::owned::PageBlock<'_, B>, AllocError> {
-        let pfn = self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, FLAG_GUARDED)?;
-        Ok(crate::owned::PageBlock::new(self, pfn, order))
-    }
-
     /// Sets or clears `FLAG_GUARDED` on the allocated block of `order` at `pfn`, which
     /// must be in the opposite state (and, to become guarded, carry no other flag).
     pub(crate) fn set_guarded(&self, pfn: Pfn, order: Order, on: bool) -> Result<(), FreeError> {
@@ -1000,6 +967,22 @@ impl<B: Backend> ZoneAllocator<B> {
             Ok(w.with_flags(w.flags() ^ FLAG_GUARDED))
         })
         .map(|_| ())
+    }
+
+    /// Makes every `every`-th call at `site` fail (0 turns the site off): Linux's
+    /// `fail_page_alloc`, to prove that every caller unwinds cleanly.
+    pub fn inject_faults(&self, site: FaultSite, every: u64) {
+        self.debug.faults.inject(site, every);
+    }
+
+    /// Failures injected so far at `site`.
+    pub fn faults_injected(&self, site: FaultSite) -> u64 {
+        self.debug.faults.injected(site)
+    }
+
+    /// Blocks reported bad by poisoning (and taken out of circulation) so far.
+    pub fn bad_page_reports(&self) -> Vec<crate::debug::BadPageReport> {
+        self.debug.bad_pages()
     }
 
     /// Watermarks of zone `id` as `[min, low, high, promo]` pages.

@@ -34,11 +34,11 @@
 //! it is free or compatible); failing that, *steal* the smallest suitable block of
 //! another type without retyping its pageblock.
 
-use crate::frame::{Word, TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_PCP};
+use crate::frame::{Word, TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{COUNTED, WHOLE};
 use crate::types::{Migratetype, Order, Pfn};
-use crate::zone::{counter, counter_add, ZoneEvents, ZoneLocked};
+use crate::zone::{chunks, counter, counter_add, ZoneEvents, ZoneLocked};
 
 /// `fallbacks[]`: the types each ordinary type borrows from, in order.
 const FALLBACKS: [[Migratetype; 2]; 3] = [
@@ -50,7 +50,7 @@ const FALLBACKS: [[Migratetype; 2]; 3] = [
 /// Which source `rmqueue` uses; remembered across one per-CPU refill so that a batch
 /// does not repeat searches that already failed (`enum rmqueue_mode`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum RmqueueMode {
+enum RmqueueMode {
     Normal,
     Claim,
     Steal,
@@ -349,6 +349,28 @@ impl ZoneLocked<'_> {
         self.is_free_block(higher.buddy(up), up)
     }
 
+    /// Frees every present frame in the largest naturally aligned chunks
+    /// (`__free_pages_core` with `FPI_TO_TAIL`).
+    pub(crate) fn release_initial_frames(&mut self) {
+        let z = self.zone;
+        let end = z.end_pfn();
+        let mut p = z.start_pfn;
+        while p < end {
+            if z.frames.word(z.idx(Pfn(p))).tag() == TAG_HOLE {
+                p += 1;
+                continue;
+            }
+            let mut q = p;
+            while q < end && z.frames.word(z.idx(Pfn(q))).tag() != TAG_HOLE {
+                q += 1;
+            }
+            for (pfn, order) in chunks(Pfn(p), q - p, z.max_order) {
+                self.free_block_locked(pfn, order, true);
+            }
+            p = q;
+        }
+    }
+
     /// `split_large_buddy()`: frees a block owned by the caller, one pageblock at a
     /// time when it is larger than a pageblock, each part on its own block's type.
     pub(crate) fn free_block_locked(&mut self, pfn: Pfn, order: Order, to_tail: bool) {
@@ -406,9 +428,70 @@ impl ZoneLocked<'_> {
         Some(pfn)
     }
 
+    /// The free-list type a request for `mt` draws from: `Unmovable` for every
+    /// request when the zone does not group by mobility.
+    #[inline]
+    fn request_type(&self, mt: Migratetype) -> Migratetype {
+        if self.zone.mobility_disabled {
+            Migratetype::Unmovable
+        } else {
+            mt
+        }
+    }
+
+    /// `rmqueue_buddy()`'s locked part: one block of `order` for a request of type
+    /// `mt`, with the highatomic reserve used and grown as `flags` allow.
+    pub(crate) fn rmqueue_one(
+        &mut self,
+        order: Order,
+        mt: Migratetype,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
+        let mut page = None;
+        if flags.has(AllocFlags::HIGHATOMIC) {
+            page = self.rmqueue_smallest(order, Migratetype::HighAtomic);
+        }
+        if page.is_none() {
+            let mut mode = RmqueueMode::Normal;
+            page = self.rmqueue(order, self.request_type(mt), flags, &mut mode);
+            if page.is_none() && flags.has(AllocFlags::OOM | AllocFlags::NON_BLOCK) {
+                page = self.rmqueue_smallest(order, Migratetype::HighAtomic);
+            }
+        }
+        let pfn = page?;
+        if flags.has(AllocFlags::HIGHATOMIC) && order.0 > 0 {
+            self.reserve_highatomic(pfn, order);
+        }
+        Some(pfn)
+    }
+
+    /// `rmqueue_bulk()`'s locked part: up to `count` blocks of `order` for a request
+    /// of type `mt`, each handed to `put`, one fallback mode kept across the batch.
+    /// Returns how many were taken.
+    pub(crate) fn rmqueue_bulk(
+        &mut self,
+        order: Order,
+        mt: Migratetype,
+        flags: AllocFlags,
+        count: u64,
+        mut put: impl FnMut(Pfn),
+    ) -> u64 {
+        let mt = self.request_type(mt);
+        let mut mode = RmqueueMode::Normal;
+        let mut got = 0;
+        while got < count {
+            let Some(pfn) = self.rmqueue(order, mt, flags, &mut mode) else {
+                break;
+            };
+            put(pfn);
+            got += 1;
+        }
+        got
+    }
+
     /// `__rmqueue()`: a block of `order` for type `mt`, falling back to other types
     /// as `mode` allows (see the module documentation).
-    pub(crate) fn rmqueue(
+    fn rmqueue(
         &mut self,
         order: Order,
         mt: Migratetype,

@@ -7,9 +7,6 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::debug::DebugConfig;
-use crate::page_frag::FragFreePath;
-use crate::pcp::PcpConfig;
 use crate::types::{Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT};
 
 /// Largest `min_free_kbytes` accepted: Linux's sysctl is an `int`.
@@ -356,3 +353,93 @@ impl fmt::Display for ConfigError {
 
 #[cfg(feature = "std")]
 impl std::error::Error for ConfigError {}
+
+// -----------------------------------------------------------------------------
+// The tunables of the layers above, kept here so the configuration sits below
+// every layer that reads it.
+// -----------------------------------------------------------------------------
+
+/// Per-CPU list tunables. `None` fields take Linux's formulas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PcpConfig {
+    /// Use per-CPU lists at all. Off, every allocation and free takes the zone lock
+    /// (Linux's boot pageset behaviour).
+    pub enabled: bool,
+    /// Refill and flush batch (`zone_batchsize()` when `None`).
+    pub batch: Option<u64>,
+    /// Lower bound of `high` (`zone_highsize()` from the low watermark when `None`).
+    pub high_min: Option<u64>,
+    /// Upper bound of `high` (1/8 of the zone split between CPUs when `None`).
+    pub high_max: Option<u64>,
+    /// `percpu_pagelist_high_fraction`: non-zero (at least 8) fixes `high` at
+    /// `managed / fraction / cpus` and turns auto-tuning off.
+    pub high_fraction: u64,
+    /// Prefetching as Linux 4.16 to 5.17 did in `free_pcppages_bulk`: pick the blocks
+    /// of a flush and prefetch their buddies' metadata
+    /// before taking the zone lock. Off by default: see the crate README for the
+    /// measurements behind that choice.
+    pub prefetch_buddy: bool,
+}
+
+impl Default for PcpConfig {
+    fn default() -> PcpConfig {
+        PcpConfig {
+            enabled: true,
+            batch: None,
+            high_min: None,
+            high_max: None,
+            high_fraction: 0,
+            prefetch_buddy: false,
+        }
+    }
+}
+
+/// Largest `PcpConfig::batch`, `high_min` and `high_max` accepted: a zone has fewer
+/// frames than this, and the list arithmetic (`batch << 5`, `high + batch`) stays far
+/// from overflow below it.
+pub const PCP_TUNABLE_MAX: u64 = u32::MAX as u64;
+
+impl PcpConfig {
+    /// Checks each tunable against `PCP_TUNABLE_MAX`.
+    ///
+    /// # Errors
+    /// `ConfigError::Pcp` naming the first tunable out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, v) in [
+            ("batch", self.batch),
+            ("high_min", self.high_min),
+            ("high_max", self.high_max),
+            ("high_fraction", Some(self.high_fraction)),
+        ] {
+            if let Some(v) = v.filter(|&v| v > PCP_TUNABLE_MAX) {
+                return Err(ConfigError::Pcp(name, v));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Debug options (`Config::debug`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DebugConfig {
+    /// Fill freed pages with `PAGE_POISON` and check it on allocation.
+    pub poison: bool,
+    /// Zero every page when it is allocated.
+    pub init_on_alloc: bool,
+    /// Zero every page when it is freed (takes precedence over poisoning).
+    pub init_on_free: bool,
+}
+
+/// How a fragment block returns to the allocator when its last fragment is freed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FragFreePath {
+    /// Every block under the zone lock (`__free_pages_ok`): Linux before 4.20.
+    Zone,
+    /// Order-0 pages through the per-CPU lists, larger blocks under the zone lock:
+    /// Linux 4.20 to 6.13.
+    #[default]
+    PcpOrder0,
+    /// Every order the per-CPU lists take (0..=3) through them: Linux 6.14+
+    /// (`free_frozen_pages`).
+    PcpAll,
+}

@@ -237,7 +237,7 @@ impl<B: Backend> ZoneAllocator<B> {
         for (p, order) in chunks(pfn, nr, z.max_order) {
             // The head becomes the frozen head of the whole chunk.
             z.frames.set_word(z.idx(p), Word::frozen(order));
-            self.free_prepare(p, order);
+            self.debug.free_prepare(&self.backend, p, order);
             self.free_frozen(z, p, order, cpu);
         }
     }
@@ -346,7 +346,11 @@ impl<B: Backend> ZoneAllocator<B> {
     /// za.free_pages_bulk(&pfns).unwrap();
     /// ```
     pub fn alloc_pages_bulk(&self, gfp: Gfp, pages: &mut [Option<Pfn>]) -> usize {
-        if self.should_fail(crate::debug::FaultSite::Alloc) {
+        if self
+            .debug
+            .faults
+            .should_fail(crate::fault::FaultSite::Alloc)
+        {
             return pages.iter().filter(|p| p.is_some()).count();
         }
         let filled = pages.iter().filter(|p| p.is_some()).count();
@@ -406,7 +410,7 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         let mut n = filled;
         for &(i, p) in &got {
-            if self.alloc_check(z, p, Order(0)) {
+            if self.debug.alloc_check(&self.backend, z, p, Order(0)) {
                 self.prep_new_page(z, p, Order(0), gfp, mt, 0);
                 pages[i] = Some(p);
                 n += 1;

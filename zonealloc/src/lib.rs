@@ -37,7 +37,8 @@
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
 //! | `stats` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices |
-//! | `debug` | poisoning, init-on-alloc/free, bad-page reports, fault injection |
+//! | `debug` | poisoning, init-on-alloc/free, bad-page reports |
+//! | `fault` | fault injection at chosen call sites |
 //! | `check` | `check_invariants()`, `state_digest()` |
 //! | `backend`, `arena`, `os` | what stands behind the frames; the current CPU |
 
@@ -62,6 +63,7 @@ mod config;
 mod contig;
 mod debug;
 mod error;
+mod fault;
 #[cfg(feature = "std")]
 #[doc(hidden)]
 pub mod figures;
@@ -87,16 +89,18 @@ pub use arena::{Arena, ArenaOptions};
 pub use backend::{AbstractFrames, Backend};
 pub use check::{InvariantReport, InvariantViolation};
 pub use config::{
-    Config, ConfigError, NodeConfig, ZoneConfig, MIN_FREE_KBYTES_MAX, WATERMARK_SCALE_FACTOR_MAX,
+    Config, ConfigError, DebugConfig, FragFreePath, NodeConfig, PcpConfig, ZoneConfig,
+    MIN_FREE_KBYTES_MAX, PCP_TUNABLE_MAX, WATERMARK_SCALE_FACTOR_MAX,
 };
 pub use contig::ContigError;
-pub use debug::{BadPageReport, DebugConfig, FaultSite, PAGE_POISON};
+pub use debug::{BadPageReport, PAGE_POISON};
 pub use error::{AllocError, FreeError};
+pub use fault::FaultSite;
 pub use frame::FrameState;
 pub use gfp::Gfp;
 pub use owned::PageBlock;
-pub use page_frag::{FragError, FragFreePath, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
-pub use pcp::{PcpConfig, PAGE_ALLOC_COSTLY_ORDER, PCP_TUNABLE_MAX};
+pub use page_frag::{FragError, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
+pub use pcp::PAGE_ALLOC_COSTLY_ORDER;
 pub use stats::{
     fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,
     PagesetInfo, PcpCpuStats, PcpStatsZone, VmStat, ZoneEventCounts, ZoneFreeCounts, ZoneInfo,

@@ -13,7 +13,9 @@ use core::fmt;
 
 use crate::allocator::{Holder, ZoneAllocator};
 use crate::backend::Backend;
-use crate::error::FreeError;
+use crate::error::{AllocError, FreeError};
+use crate::frame::FLAG_GUARDED;
+use crate::gfp::Gfp;
 use crate::types::{Order, Pfn};
 
 /// An allocated block of `2^order` frames, owned exclusively, freed when dropped.
@@ -106,6 +108,17 @@ impl<'a, B: Backend> PageBlock<'a, B> {
         let p = self.za.backend().page_address(self.pfn)?;
         let len = self.za.backend().page_size()? << self.order.0;
         Some((p.as_ptr(), len))
+    }
+}
+
+impl<B: Backend> ZoneAllocator<B> {
+    /// Allocates a block owned by the returned guard, which frees it when dropped.
+    ///
+    /// # Errors
+    /// As `alloc_pages`.
+    pub fn alloc_block(&self, gfp: Gfp, order: Order) -> Result<PageBlock<'_, B>, AllocError> {
+        let pfn = self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, FLAG_GUARDED)?;
+        Ok(PageBlock::new(self, pfn, order))
     }
 }
 

@@ -52,6 +52,7 @@ use core::ptr::NonNull;
 
 use crate::allocator::{Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
+use crate::config::FragFreePath;
 use crate::error::{AllocError, FreeError};
 use crate::frame::{Word, FLAG_FRAG, TAG_FROZEN};
 use crate::gfp::Gfp;
@@ -60,20 +61,6 @@ use crate::types::{Order, Pfn};
 
 /// `PAGE_FRAG_CACHE_MAX_SIZE`: 32 KiB, the bias added at refill.
 pub const PAGE_FRAG_CACHE_MAX_SIZE: u32 = 32768;
-
-/// How a fragment block returns to the allocator when its last fragment is freed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum FragFreePath {
-    /// Every block under the zone lock (`__free_pages_ok`): Linux before seed 003.
-    Zone,
-    /// Order-0 pages through the per-CPU lists, larger blocks under the zone lock:
-    /// seed 003 (Linux 4.20).
-    #[default]
-    PcpOrder0,
-    /// Every order the per-CPU lists take (0..=3) through them: Linux 6.14+
-    /// (`free_frozen_pages`).
-    PcpAll,
-}
 
 /// Why a fragment could not be carved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,7 +161,12 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
             .backend()
             .page_size()
             .ok_or(FragError::NoAddresses)?;
-        if self.za.should_fail(crate::debug::FaultSite::FragRefill) {
+        if self
+            .za
+            .debug
+            .faults
+            .should_fail(crate::fault::FaultSite::FragRefill)
+        {
             return Err(FragError::NoMemory(AllocError::NoMemory {
                 order: self.refill_order,
             }));

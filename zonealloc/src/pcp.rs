@@ -62,65 +62,6 @@ const PCPF_FREE_HIGH_BATCH: u8 = 2;
 /// Largest number of blocks one prefetching flush picks before it takes the zone lock.
 const PICK_MAX: usize = 256;
 
-/// Per-CPU list tunables. `None` fields take Linux's formulas.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PcpConfig {
-    /// Use per-CPU lists at all. Off, every allocation and free takes the zone lock
-    /// (Linux's boot pageset behaviour).
-    pub enabled: bool,
-    /// Refill and flush batch (`zone_batchsize()` when `None`).
-    pub batch: Option<u64>,
-    /// Lower bound of `high` (`zone_highsize()` from the low watermark when `None`).
-    pub high_min: Option<u64>,
-    /// Upper bound of `high` (1/8 of the zone split between CPUs when `None`).
-    pub high_max: Option<u64>,
-    /// `percpu_pagelist_high_fraction`: non-zero (at least 8) fixes `high` at
-    /// `managed / fraction / cpus` and turns auto-tuning off.
-    pub high_fraction: u64,
-    /// Seed 001: pick the blocks of a flush and prefetch their buddies' metadata
-    /// before taking the zone lock. Off by default: see the crate README for the
-    /// measurements behind that choice.
-    pub prefetch_buddy: bool,
-}
-
-impl Default for PcpConfig {
-    fn default() -> PcpConfig {
-        PcpConfig {
-            enabled: true,
-            batch: None,
-            high_min: None,
-            high_max: None,
-            high_fraction: 0,
-            prefetch_buddy: false,
-        }
-    }
-}
-
-/// Largest `PcpConfig::batch`, `high_min` and `high_max` accepted: a zone has fewer
-/// frames than this, and the list arithmetic (`batch << 5`, `high + batch`) stays far
-/// from overflow below it.
-pub const PCP_TUNABLE_MAX: u64 = u32::MAX as u64;
-
-impl PcpConfig {
-    /// Checks each tunable against `PCP_TUNABLE_MAX`.
-    ///
-    /// # Errors
-    /// `ConfigError::Pcp` naming the first tunable out of range.
-    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
-        for (name, v) in [
-            ("batch", self.batch),
-            ("high_min", self.high_min),
-            ("high_max", self.high_max),
-            ("high_fraction", Some(self.high_fraction)),
-        ] {
-            if let Some(v) = v.filter(|&v| v > PCP_TUNABLE_MAX) {
-                return Err(crate::config::ConfigError::Pcp(name, v));
-            }
-        }
-        Ok(())
-    }
-}
-
 /// `pcp_allowed_order()`: orders 0..=3 and the pageblock (THP) order.
 #[inline]
 pub(crate) fn pcp_allowed_order(order: Order, pageblock_order: Order) -> bool {
@@ -233,28 +174,26 @@ pub(crate) fn zone_highsize(total_pages: u64, batch: u64, nr_cpus: u64) -> u64 {
     (total_pages / nr_cpus.max(1)).max(batch * 4)
 }
 
-impl Zone {
-    /// Tries this CPU's pcp lock for the zone.
+impl PcpSlot {
+    /// Tries this slot's lock: CPU `cpu`'s lists for `zone`.
     #[inline]
-    pub(crate) fn pcp_trylock(&self, cpu: usize) -> Option<PcpLocked<'_>> {
-        let slot = self.pcp.get(cpu)?;
-        let pcp = slot.lock.try_lock()?;
+    pub(crate) fn try_lock<'a>(&'a self, zone: &'a Zone, cpu: usize) -> Option<PcpLocked<'a>> {
+        let pcp = self.lock.try_lock()?;
         Some(PcpLocked {
-            zone: self,
+            zone,
             cpu,
-            slot,
+            slot: self,
             pcp,
         })
     }
 
-    /// Takes a CPU's pcp lock, waiting for it (drains, statistics, validators).
-    pub(crate) fn pcp_lock(&self, cpu: usize) -> PcpLocked<'_> {
-        let slot = &self.pcp[cpu];
+    /// Takes this slot's lock, waiting for it (drains, statistics, validators).
+    pub(crate) fn lock<'a>(&'a self, zone: &'a Zone, cpu: usize) -> PcpLocked<'a> {
         PcpLocked {
-            zone: self,
+            zone,
             cpu,
-            slot,
-            pcp: slot.lock.lock(),
+            slot: self,
+            pcp: self.lock.lock(),
         }
     }
 }
@@ -287,7 +226,7 @@ impl PcpLocked<'_> {
         order: Order,
         mt: Migratetype,
         flags: crate::gfp::AllocFlags,
-        faults: &crate::debug::Faults,
+        faults: &crate::fault::Faults,
         refill: bool,
     ) -> Option<Pfn> {
         let pindex = order_to_pindex(mt, order);
@@ -296,7 +235,7 @@ impl PcpLocked<'_> {
         }
         self.pcp.free_count >>= 1;
         if self.pcp.lists[pindex].is_empty() {
-            if faults.should_fail(crate::debug::FaultSite::PcpRefill) {
+            if faults.should_fail(crate::fault::FaultSite::PcpRefill) {
                 return None;
             }
             if flags.has(crate::gfp::AllocFlags::HIGHATOMIC) {
@@ -362,25 +301,12 @@ impl PcpLocked<'_> {
     ) {
         let z = self.zone;
         let cpu = self.cpu as u8;
-        let mt_eff = if z.mobility_disabled {
-            Migratetype::Unmovable
-        } else {
-            mt
-        };
-        let mut got = 0;
-        {
-            let mut zl = z.lock();
-            let mut mode = crate::buddy::RmqueueMode::Normal;
-            while got < count {
-                let Some(pfn) = zl.rmqueue(order, mt_eff, flags, &mut mode) else {
-                    break;
-                };
-                let idx = z.idx(pfn);
-                z.frames.set_word(idx, Word::pcp(order, cpu));
-                self.pcp.lists[pindex].push_tail(&z.frames, idx);
-                got += 1;
-            }
-        }
+        let list = &mut self.pcp.lists[pindex];
+        let got = z.lock().rmqueue_bulk(order, mt, flags, count, |pfn| {
+            let idx = z.idx(pfn);
+            z.frames.set_word(idx, Word::pcp(order, cpu));
+            list.push_tail(&z.frames, idx);
+        });
         let c = self.pcp.count + (got << order.0);
         self.set_count(c);
         stat_add(&self.slot.stats.refills, 1);

@@ -89,8 +89,8 @@ use crate::allocator::ZoneAllocator;
 use crate::arena::{Arena, ArenaWindow};
 use crate::backend::Backend;
 use crate::check::InvariantViolation;
-use crate::debug::FaultSite;
 use crate::error::FreeError;
+use crate::fault::FaultSite;
 use crate::frame::FrameState;
 use crate::gfp::Gfp;
 use crate::sync::{AtomicU64, Lock, Ordering};
@@ -818,7 +818,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
         let za = self.za;
         // Every allocation call below counts at `FaultSite::VmallocBacking`; an
         // injected fault makes that call fail, to exercise each unwinding path.
-        let inject = || za.should_fail(FaultSite::VmallocBacking);
+        let inject = || za.debug.faults.should_fail(FaultSite::VmallocBacking);
         let mut pages: Vec<Pfn> = Vec::with_capacity(nr as usize);
         // Appends the 2^order pages of a block just allocated, split to order 0.
         let take = |pages: &mut Vec<Pfn>, p: Pfn, order: Order| -> bool {

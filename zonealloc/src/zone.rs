@@ -16,7 +16,7 @@ use crate::config::{ConfigError, ZoneConfig};
 use crate::frame::{FrameList, FrameTable, PageMeta, Word, TAG_HOLE};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
-use crate::pcp::PcpSlot;
+use crate::pcp::{PcpLocked, PcpSlot};
 use crate::sync::{AtomicU64, AtomicU8, Lock, LockGuard, Ordering, SeqCount};
 use crate::types::{
     Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES, MIGRATE_TYPES,
@@ -147,8 +147,9 @@ impl Drop for ZoneLocked<'_> {
 }
 
 impl Zone {
-    /// Builds a zone with every present frame free, at the largest orders the layout
-    /// allows. Cost: linear in the spanned frames.
+    /// Builds a zone whose frames are all taken (`Tail`, or `Hole`); the buddy layer
+    /// then frees the present ones (`ZoneLocked::release_initial_frames`). Cost:
+    /// linear in the spanned frames.
     pub fn new(
         id: ZoneId,
         index: usize,
@@ -247,30 +248,18 @@ impl Zone {
             .filter(|&i| zone.blocks.raw(i) & COUNTED != 0)
             .count() as u64;
         zone.counters.nr_blocks[Migratetype::Movable.idx()].store(counted, Ordering::Relaxed);
-        zone.release_initial_frames();
         Ok(zone)
     }
 
-    /// Frees every present frame in the largest naturally aligned chunks
-    /// (`__free_pages_core` with `FPI_TO_TAIL`).
-    fn release_initial_frames(&self) {
-        let mut zl = self.lock();
-        let end = self.start_pfn + self.spanned;
-        let mut p = self.start_pfn;
-        while p < end {
-            if self.frames.word(self.idx(Pfn(p))).tag() == TAG_HOLE {
-                p += 1;
-                continue;
-            }
-            let mut q = p;
-            while q < end && self.frames.word(self.idx(Pfn(q))).tag() != TAG_HOLE {
-                q += 1;
-            }
-            for (pfn, order) in chunks(Pfn(p), q - p, self.max_order) {
-                zl.free_block_locked(pfn, order, true);
-            }
-            p = q;
-        }
+    /// Tries CPU `cpu`'s pcp lock for the zone.
+    #[inline]
+    pub(crate) fn pcp_trylock(&self, cpu: usize) -> Option<PcpLocked<'_>> {
+        self.pcp.get(cpu)?.try_lock(self, cpu)
+    }
+
+    /// Takes CPU `cpu`'s pcp lock for the zone, waiting for it.
+    pub(crate) fn pcp_lock(&self, cpu: usize) -> PcpLocked<'_> {
+        self.pcp[cpu].lock(self, cpu)
     }
 
     /// Takes the zone lock.
