@@ -42,9 +42,7 @@ use crate::pcp::{
 };
 use crate::sync::Ordering;
 use crate::types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES};
-use crate::zone::{
-    Zone, ZoneEvents, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO, ZONE_BELOW_HIGH,
-};
+use crate::zone::{Zone, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO, ZONE_BELOW_HIGH};
 
 /// A zoned buddy page allocator over the frames described by a `Config`.
 pub struct ZoneAllocator<B: Backend = AbstractFrames> {
@@ -504,7 +502,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 && !flags.has(AllocFlags::NO_WATERMARKS)
                 && !z.watermark_fast(req.order, z.wmark(flags.wmark()), req.highest, flags)
             {
-                ZoneEvents::inc(&z.events.wmark_fail, 1);
+                z.events.wmark_fail.inc(1);
                 // The watermark guards the zone's free pages; blocks already on this
                 // CPU's list are not counted there, and handing them out takes
                 // nothing from the zone. Without this, a refill that dips below the
@@ -564,7 +562,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `rmqueue_buddy()`: a block from the buddy lists under the zone lock.
     fn rmqueue_buddy(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
         let pfn = z.lock().rmqueue_one(req.order, req.mt, flags)?;
-        ZoneEvents::inc(&z.events.pgalloc, req.order.nr_pages());
+        z.events.pgalloc.inc(req.order.nr_pages());
         Some(pfn)
     }
 
@@ -814,7 +812,7 @@ impl<B: Backend> ZoneAllocator<B> {
         self.zones
             .iter()
             .flat_map(|z| z.pcp.iter())
-            .map(|s| crate::pcp::stat(&s.stats.count))
+            .map(|s| s.stats.count.get())
             .sum()
     }
 

@@ -38,7 +38,7 @@ use crate::frame::{Word, TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{COUNTED, WHOLE};
 use crate::types::{Migratetype, Order, Pfn};
-use crate::zone::{chunks, counter, counter_add, ZoneEvents, ZoneLocked};
+use crate::zone::{chunks, ZoneLocked};
 
 /// `fallbacks[]`: the types each ordinary type borrows from, in order.
 const FALLBACKS: [[Migratetype; 2]; 3] = [
@@ -74,18 +74,18 @@ impl ZoneLocked<'_> {
             return;
         }
         let c = &self.zone.counters;
-        counter_add(&c.nr_free_pages, nr);
+        c.nr_free_pages.add(nr);
         if mt == Migratetype::HighAtomic {
-            counter_add(&c.nr_free_highatomic, nr);
+            c.nr_free_highatomic.add(nr);
         }
     }
 
     #[inline]
     fn count_list(&mut self, order: Order, mt: Migratetype, d: i64) {
         let c = &self.zone.counters;
-        counter_add(&c.nr_free[order.idx()][mt.idx()], d);
+        c.nr_free[order.idx()][mt.idx()].add(d);
         if order >= self.zone.pageblock_order && mt != Migratetype::Isolate {
-            counter_add(&c.nr_free_pages_blocks, d * order.nr_pages() as i64);
+            c.nr_free_pages_blocks.add(d * order.nr_pages() as i64);
         }
         if self.area.lists[order.idx()][mt.idx()].is_empty() {
             self.area.nonempty[mt.idx()] &= !(1 << order.0);
@@ -172,8 +172,8 @@ impl ZoneLocked<'_> {
         let counted = z.blocks.flags(pfn) & COUNTED != 0;
         let (old, new) = z.blocks.set_locked(pfn, mt);
         if counted && old != new {
-            counter_add(&z.counters.nr_blocks[old.idx()], -1);
-            counter_add(&z.counters.nr_blocks[new.idx()], 1);
+            z.counters.nr_blocks[old.idx()].add(-1);
+            z.counters.nr_blocks[new.idx()].add(1);
         }
     }
 
@@ -183,8 +183,8 @@ impl ZoneLocked<'_> {
         let counted = z.blocks.flags(pfn) & COUNTED != 0;
         let new = z.blocks.unisolate_locked(pfn);
         if counted && new != Migratetype::Isolate {
-            counter_add(&z.counters.nr_blocks[Migratetype::Isolate.idx()], -1);
-            counter_add(&z.counters.nr_blocks[new.idx()], 1);
+            z.counters.nr_blocks[Migratetype::Isolate.idx()].add(-1);
+            z.counters.nr_blocks[new.idx()].add(1);
         }
         new
     }
@@ -565,7 +565,7 @@ impl ZoneLocked<'_> {
             };
             let head = self.first_free(c, fallback)?;
             if let Some(p) = self.try_to_claim_block(head, c, order, mt, fallback) {
-                ZoneEvents::inc(&self.zone.events.extfrag, 1);
+                self.zone.events.extfrag.inc(1);
                 return Some(p);
             }
         }
@@ -590,7 +590,7 @@ impl ZoneLocked<'_> {
             self.change_pageblock_range(pfn, cur, start);
             let added = self.expand(pfn, order, cur, start);
             self.account_freepages(added as i64, start);
-            ZoneEvents::inc(&z.events.claims, 1);
+            z.events.claims.inc(1);
             return Some(pfn);
         }
         let (bstart, free, movable) = self.pageblock_census(pfn)?;
@@ -604,7 +604,7 @@ impl ZoneLocked<'_> {
         };
         if free + alike >= pb_nr / 2 || z.mobility_disabled {
             self.move_freepages_block_from(bstart, block, start);
-            ZoneEvents::inc(&z.events.claims, 1);
+            z.events.claims.inc(1);
             return self.rmqueue_smallest(order, start);
         }
         None
@@ -618,7 +618,7 @@ impl ZoneLocked<'_> {
             if let Fallback::Found(f) = self.find_suitable_fallback(c, mt, false) {
                 let pfn = self.first_free(c, f)?;
                 self.del_and_expand(pfn, order, c, f);
-                ZoneEvents::inc(&self.zone.events.extfrag, 1);
+                self.zone.events.extfrag.inc(1);
                 return Some(pfn);
             }
         }
@@ -658,13 +658,13 @@ impl ZoneLocked<'_> {
             order.nr_pages()
         };
         self.set_reserved_highatomic(self.area.nr_reserved_highatomic + added);
-        ZoneEvents::inc(&z.events.highatomic_reserve, 1);
+        z.events.highatomic_reserve.inc(1);
     }
 
     fn set_reserved_highatomic(&mut self, v: u64) {
         self.area.nr_reserved_highatomic = v;
         let c = &self.zone.counters.nr_reserved_highatomic;
-        counter_add(c, v as i64 - counter(c) as i64);
+        c.set(v);
     }
 
     /// `unreserve_highatomic_pageblock()` for this zone: give one reserved block with
@@ -695,7 +695,7 @@ impl ZoneLocked<'_> {
                 true
             };
             if moved {
-                ZoneEvents::inc(&z.events.highatomic_unreserve, 1);
+                z.events.highatomic_unreserve.inc(1);
                 return true;
             }
         }

@@ -24,7 +24,7 @@ use crate::backend::Backend;
 use crate::frame::{Word, NIL, TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP, TAG_TAIL};
 use crate::pageblock::COUNTED;
 use crate::types::{Migratetype, Order, Pfn, MIGRATE_TYPES};
-use crate::zone::{counter, ZoneLocked};
+use crate::zone::ZoneLocked;
 
 /// What `check_invariants()` looked at.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -116,11 +116,9 @@ impl<B: Backend> ZoneAllocator<B> {
                         z.id, p.cpu, p.pcp.count
                     )
                 })?;
-                c.ensure(
-                    crate::pcp::stat(&p.slot.stats.count) == p.pcp.count,
-                    None,
-                    || "pcp count mirror out of date".into(),
-                )?;
+                c.ensure(p.slot.stats.count.get() == p.pcp.count, None, || {
+                    "pcp count mirror out of date".into()
+                })?;
             }
             census.sort_unstable();
             c.ensure(census.windows(2).all(|w| w[0].0 != w[1].0), None, || {
@@ -167,11 +165,11 @@ impl<B: Backend> ZoneAllocator<B> {
             let c = &z.counters;
             for row in &c.nr_free {
                 for v in row {
-                    h.add(counter(v));
+                    h.add(v.get());
                 }
             }
             for v in &c.nr_blocks {
-                h.add(counter(v));
+                h.add(v.get());
             }
             for v in [
                 &c.nr_free_pages,
@@ -179,7 +177,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 &c.nr_free_pages_blocks,
                 &c.nr_reserved_highatomic,
             ] {
-                h.add(counter(v));
+                h.add(v.get());
             }
         }
         h.0
@@ -371,7 +369,7 @@ fn check_zone(
                     free_per[o][mt]
                 )
             })?;
-            let counted = counter(&z.counters.nr_free[o][mt]);
+            let counted = z.counters.nr_free[o][mt].get();
             c.ensure(counted == len, None, || {
                 format!("nr_free[{o}][{mt}] = {counted}, list length {len}")
             })?;
@@ -384,20 +382,18 @@ fn check_zone(
 
     // Counters.
     let zc = &z.counters;
-    c.ensure(counter(&zc.nr_free_pages) == free_pages, None, || {
+    c.ensure(zc.nr_free_pages.get() == free_pages, None, || {
         format!(
             "nr_free_pages {} != recount {free_pages}",
-            counter(&zc.nr_free_pages)
+            zc.nr_free_pages.get()
         )
     })?;
-    c.ensure(counter(&zc.nr_free_highatomic) == highatomic, None, || {
+    c.ensure(zc.nr_free_highatomic.get() == highatomic, None, || {
         "nr_free_highatomic != recount".into()
     })?;
-    c.ensure(
-        counter(&zc.nr_free_pages_blocks) == blocks_pages,
-        None,
-        || "nr_free_pages_blocks != recount".into(),
-    )?;
+    c.ensure(zc.nr_free_pages_blocks.get() == blocks_pages, None, || {
+        "nr_free_pages_blocks != recount".into()
+    })?;
     let mut blocks = [0u64; MIGRATE_TYPES];
     for b in 0..z.blocks.len() {
         if z.blocks.raw(b) & COUNTED != 0 {
@@ -405,13 +401,13 @@ fn check_zone(
         }
     }
     for (mt, &n) in blocks.iter().enumerate() {
-        let got = counter(&zc.nr_blocks[mt]);
+        let got = zc.nr_blocks[mt].get();
         c.ensure(got == n, None, || {
             format!("nr_blocks[{mt}] = {got}, recount {n}")
         })?;
     }
     c.ensure(
-        counter(&zc.nr_reserved_highatomic) == zl.area.nr_reserved_highatomic,
+        zc.nr_reserved_highatomic.get() == zl.area.nr_reserved_highatomic,
         None,
         || "reserved highatomic mirror out of date".into(),
     )?;

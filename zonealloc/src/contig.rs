@@ -33,7 +33,7 @@ use crate::frame::{Word, FLAG_GUARDED, TAG_ALLOC, TAG_BAD, TAG_FROZEN, TAG_HOLE,
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::pcp_allowed_order;
 use crate::types::{Migratetype, Order, Pfn};
-use crate::zone::{chunks, Zone, ZoneEvents, WMARK_LOW};
+use crate::zone::{chunks, Zone, WMARK_LOW};
 
 /// Why a contiguous allocation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -527,7 +527,7 @@ impl<B: Backend> ZoneAllocator<B> {
             z.frames
                 .set_word(z.idx(Pfn(p)), Word::alloc(Order(0), Migratetype::Movable));
         }
-        ZoneEvents::inc(&z.events.pgalloc, end.0 - start.0);
+        z.events.pgalloc.inc(end.0 - start.0);
         Ok(())
     }
 

@@ -61,6 +61,7 @@ mod buddy;
 mod check;
 mod config;
 mod contig;
+mod counter;
 mod debug;
 mod error;
 mod fault;

@@ -40,10 +40,11 @@
 //! picks its blocks off the per-CPU lists without the zone lock, prefetching each
 //! buddy's metadata, then takes the zone lock and merges them.
 
+use crate::counter::Counter;
 use crate::frame::{FrameList, Word, NIL};
-use crate::sync::{AtomicU64, Ordering, TryLock, TryLockGuard};
+use crate::sync::{Ordering, TryLock, TryLockGuard};
 use crate::types::{Migratetype, Order, Pfn, MIGRATE_PCPTYPES};
-use crate::zone::{counter, Zone, ZoneEvents, ZONE_BELOW_HIGH};
+use crate::zone::{Zone, ZONE_BELOW_HIGH};
 
 /// `PAGE_ALLOC_COSTLY_ORDER`: the highest order with ordinary per-CPU lists.
 pub const PAGE_ALLOC_COSTLY_ORDER: u8 = 3;
@@ -106,16 +107,16 @@ pub(crate) struct PerCpuPages {
 /// Per-CPU event counters. Written only by the holder of the slot's lock (relaxed
 /// load + store, no read-modify-write); read lock-free, exact once quiescent.
 pub(crate) struct PcpStats {
-    pub pgalloc: AtomicU64,
-    pub pgfree: AtomicU64,
+    pub pgalloc: Counter,
+    pub pgfree: Counter,
     /// Refills (`rmqueue_bulk` calls) and blocks they took from the buddy lists.
-    pub refills: AtomicU64,
-    pub refill_blocks: AtomicU64,
+    pub refills: Counter,
+    pub refill_blocks: Counter,
     /// Flushes (`free_pcppages_bulk` calls) and blocks they returned.
-    pub drains: AtomicU64,
-    pub drain_blocks: AtomicU64,
+    pub drains: Counter,
+    pub drain_blocks: Counter,
     /// Mirror of `PerCpuPages::count` for lock-free readers.
-    pub count: AtomicU64,
+    pub count: Counter,
 }
 
 /// A CPU's lists and counters, on their own cache lines.
@@ -148,13 +149,13 @@ impl PcpSlot {
                 lists: [FrameList::EMPTY; NR_PCP_LISTS],
             }),
             stats: PcpStats {
-                pgalloc: AtomicU64::new(0),
-                pgfree: AtomicU64::new(0),
-                refills: AtomicU64::new(0),
-                refill_blocks: AtomicU64::new(0),
-                drains: AtomicU64::new(0),
-                drain_blocks: AtomicU64::new(0),
-                count: AtomicU64::new(0),
+                pgalloc: Counter::new(),
+                pgfree: Counter::new(),
+                refills: Counter::new(),
+                refill_blocks: Counter::new(),
+                drains: Counter::new(),
+                drain_blocks: Counter::new(),
+                count: Counter::new(),
             },
         }
     }
@@ -198,18 +199,11 @@ impl PcpSlot {
     }
 }
 
-#[inline]
-fn stat_add(c: &AtomicU64, n: u64) {
-    // Single writer (the pcp lock holder): a relaxed load and store suffice and cost
-    // no locked instruction; readers want totals, not ordering.
-    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
-
 impl PcpLocked<'_> {
     #[inline]
     fn set_count(&mut self, count: u64) {
         self.pcp.count = count;
-        self.slot.stats.count.store(count, Ordering::Relaxed);
+        self.slot.stats.count.set(count);
     }
 
     // ---------------------------------------------------------------------------
@@ -252,7 +246,7 @@ impl PcpLocked<'_> {
         self.pcp.lists[pindex].unlink(&z.frames, idx);
         let c = self.pcp.count - order.nr_pages();
         self.set_count(c);
-        stat_add(&self.slot.stats.pgalloc, order.nr_pages());
+        self.slot.stats.pgalloc.add(order.nr_pages() as i64);
         Some(z.pfn_of(idx))
     }
 
@@ -309,8 +303,8 @@ impl PcpLocked<'_> {
         });
         let c = self.pcp.count + (got << order.0);
         self.set_count(c);
-        stat_add(&self.slot.stats.refills, 1);
-        stat_add(&self.slot.stats.refill_blocks, got);
+        self.slot.stats.refills.add(1);
+        self.slot.stats.refill_blocks.add(got as i64);
     }
 
     // ---------------------------------------------------------------------------
@@ -326,7 +320,7 @@ impl PcpLocked<'_> {
         z.frames.set_word(idx, Word::pcp(order, self.cpu as u8));
         let pindex = order_to_pindex(mt, order);
         self.pcp.alloc_factor >>= 1;
-        stat_add(&self.slot.stats.pgfree, order.nr_pages());
+        self.slot.stats.pgfree.add(order.nr_pages() as i64);
         self.pcp.lists[pindex].push_head(&z.frames, idx);
         let c = self.pcp.count + order.nr_pages();
         self.set_count(c);
@@ -473,8 +467,8 @@ impl PcpLocked<'_> {
                 blocks += 1;
             }
         }
-        stat_add(&self.slot.stats.drains, 1);
-        stat_add(&self.slot.stats.drain_blocks, blocks);
+        self.slot.stats.drains.add(1);
+        self.slot.stats.drain_blocks.add(blocks as i64);
     }
 
     /// Empties this CPU's lists (`drain_pages_zone()`), at most `batch << 5` pages
@@ -518,13 +512,7 @@ impl PcpLocked<'_> {
 /// Records a free that bypassed the per-CPU lists (zone-lock path).
 #[inline]
 pub(crate) fn count_zone_free(z: &Zone, order: Order) {
-    ZoneEvents::inc(&z.events.pgfree, order.nr_pages());
-}
-
-/// Reads a counter the pcp lock holder writes (relaxed; see `stat_add`).
-#[inline]
-pub(crate) fn stat(c: &AtomicU64) -> u64 {
-    counter(c)
+    z.events.pgfree.inc(order.nr_pages());
 }
 
 #[cfg(test)]

@@ -17,10 +17,9 @@ use core::fmt::{self, Write};
 
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
-use crate::pcp::stat;
 use crate::sync::Ordering;
 use crate::types::{Migratetype, Order, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
-use crate::zone::{counter, Zone, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO};
+use crate::zone::{Zone, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO};
 
 /// Linux caps each pagetypeinfo list walk at this many entries.
 pub const PAGETYPEINFO_WALK_CAP: u64 = 100_000;
@@ -60,13 +59,13 @@ pub(crate) fn snapshot(z: &Zone) -> ZoneFreeCounts {
         let snap = ZoneFreeCounts {
             id: z.id,
             nr_free: (0..orders)
-                .map(|o| core::array::from_fn(|mt| counter(&c.nr_free[o][mt])))
+                .map(|o| core::array::from_fn(|mt| c.nr_free[o][mt].get()))
                 .collect(),
-            nr_blocks: core::array::from_fn(|mt| counter(&c.nr_blocks[mt])),
-            nr_free_pages: counter(&c.nr_free_pages),
-            nr_free_pages_blocks: counter(&c.nr_free_pages_blocks),
-            nr_free_highatomic: counter(&c.nr_free_highatomic),
-            nr_reserved_highatomic: counter(&c.nr_reserved_highatomic),
+            nr_blocks: core::array::from_fn(|mt| c.nr_blocks[mt].get()),
+            nr_free_pages: c.nr_free_pages.get(),
+            nr_free_pages_blocks: c.nr_free_pages_blocks.get(),
+            nr_free_highatomic: c.nr_free_highatomic.get(),
+            nr_reserved_highatomic: c.nr_reserved_highatomic.get(),
         };
         if !z.seq.read_retry(s) {
             return snap;
@@ -543,12 +542,12 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// Event counters of every populated zone, per-CPU list activity included.
     pub fn zone_events(&self) -> Vec<ZoneEventCounts> {
-        let ev = |c: &crate::sync::AtomicU64| c.load(Ordering::Relaxed);
+        let ev = |c: &crate::counter::Counter| c.get();
         self.populated()
             .map(|z| {
                 let e = &z.events;
-                let pcp_alloc: u64 = z.pcp.iter().map(|s| stat(&s.stats.pgalloc)).sum();
-                let pcp_free: u64 = z.pcp.iter().map(|s| stat(&s.stats.pgfree)).sum();
+                let pcp_alloc: u64 = z.pcp.iter().map(|s| s.stats.pgalloc.get()).sum();
+                let pcp_free: u64 = z.pcp.iter().map(|s| s.stats.pgfree.get()).sum();
                 ZoneEventCounts {
                     id: z.id,
                     pgalloc: ev(&e.pgalloc) + pcp_alloc,
@@ -574,13 +573,13 @@ impl<B: Backend> ZoneAllocator<B> {
                     .pcp
                     .iter()
                     .map(|s| PcpCpuStats {
-                        count: stat(&s.stats.count),
-                        pgalloc: stat(&s.stats.pgalloc),
-                        pgfree: stat(&s.stats.pgfree),
-                        refills: stat(&s.stats.refills),
-                        refill_blocks: stat(&s.stats.refill_blocks),
-                        drains: stat(&s.stats.drains),
-                        drain_blocks: stat(&s.stats.drain_blocks),
+                        count: s.stats.count.get(),
+                        pgalloc: s.stats.pgalloc.get(),
+                        pgfree: s.stats.pgfree.get(),
+                        refills: s.stats.refills.get(),
+                        refill_blocks: s.stats.refill_blocks.get(),
+                        drains: s.stats.drains.get(),
+                        drain_blocks: s.stats.drain_blocks.get(),
                     })
                     .collect(),
             })
@@ -597,10 +596,10 @@ impl<B: Backend> ZoneAllocator<B> {
             let s = snapshot(z);
             free += s.nr_free_pages;
             blocks += s.nr_free_pages_blocks;
-            let pcp_alloc: u64 = z.pcp.iter().map(|s| stat(&s.stats.pgalloc)).sum();
-            let pcp_free: u64 = z.pcp.iter().map(|s| stat(&s.stats.pgfree)).sum();
-            pgalloc[z.zone_type().idx()] += z.events.pgalloc.load(Ordering::Relaxed) + pcp_alloc;
-            pgfree += z.events.pgfree.load(Ordering::Relaxed) + pcp_free;
+            let pcp_alloc: u64 = z.pcp.iter().map(|s| s.stats.pgalloc.get()).sum();
+            let pcp_free: u64 = z.pcp.iter().map(|s| s.stats.pgfree.get()).sum();
+            pgalloc[z.zone_type().idx()] += z.events.pgalloc.get() + pcp_alloc;
+            pgfree += z.events.pgfree.get() + pcp_free;
         }
         let mut entries: Vec<(String, u64)> = alloc::vec![
             ("nr_free_pages".into(), free),

@@ -7,12 +7,13 @@
 //! be read from the counters without the lock and still never see a half-done merge.
 //!
 //! Counters that readers see (`nr_free[order][mt]`, free pages, pageblocks per type)
-//! are atomics written only under the zone lock with relaxed stores; the sequence
-//! counter orders them for readers.
+//! are `Counter`s whose single writer is the zone-lock holder; the sequence counter
+//! makes a snapshot of several consistent for readers (see `counter`).
 
 use alloc::boxed::Box;
 
 use crate::config::{ConfigError, ZoneConfig};
+use crate::counter::{counters, Counter};
 use crate::frame::{FrameList, FrameTable, PageMeta, Word, TAG_HOLE};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
@@ -31,21 +32,6 @@ pub(crate) const WMARK_PROMO: usize = 3;
 
 /// Zone flag: the last allocation found the zone below its high watermark.
 pub(crate) const ZONE_BELOW_HIGH: u8 = 1;
-
-/// Adds `d` to a counter that only the zone-lock holder writes.
-#[inline]
-pub(crate) fn counter_add(c: &AtomicU64, d: i64) {
-    // Relaxed load and store: the zone lock serialises writers, and lock-free readers
-    // validate with the zone's SeqCount.
-    let v = c.load(Ordering::Relaxed);
-    c.store(v.wrapping_add(d as u64), Ordering::Relaxed);
-}
-
-/// Reads a counter (relaxed: see `counter_add`).
-#[inline]
-pub(crate) fn counter(c: &AtomicU64) -> u64 {
-    c.load(Ordering::Relaxed)
-}
 
 fn atomic_array<const N: usize>() -> [AtomicU64; N] {
     core::array::from_fn(|_| AtomicU64::new(0))
@@ -66,42 +52,34 @@ pub(crate) struct FreeArea {
 /// Counters readable without the zone lock.
 pub(crate) struct ZoneCounters {
     /// Free blocks per (order, migratetype): seed 004's counters.
-    pub nr_free: [[AtomicU64; MIGRATE_TYPES]; NR_ORDERS_MAX],
+    pub nr_free: [[Counter; MIGRATE_TYPES]; NR_ORDERS_MAX],
     /// `NR_FREE_PAGES`: free pages on the buddy lists, isolated ones excluded.
-    pub nr_free_pages: AtomicU64,
+    pub nr_free_pages: Counter,
     /// Free pages on HighAtomic lists.
-    pub nr_free_highatomic: AtomicU64,
+    pub nr_free_highatomic: Counter,
     /// `NR_FREE_PAGES_BLOCKS`: free pages in blocks of pageblock order or more.
-    pub nr_free_pages_blocks: AtomicU64,
+    pub nr_free_pages_blocks: Counter,
     /// Counted pageblocks per effective migratetype.
-    pub nr_blocks: [AtomicU64; MIGRATE_TYPES],
+    pub nr_blocks: [Counter; MIGRATE_TYPES],
     /// Mirror of `FreeArea::nr_reserved_highatomic` for lock-free readers.
-    pub nr_reserved_highatomic: AtomicU64,
+    pub nr_reserved_highatomic: Counter,
 }
 
-/// Event counters (vmstat events). Relaxed `fetch_add`: exact totals, no ordering.
+/// Event counters (vmstat events), bumped by any thread (`Counter::inc`).
 pub(crate) struct ZoneEvents {
     /// `pgalloc_<zone>`: pages allocated.
-    pub pgalloc: AtomicU64,
+    pub pgalloc: Counter,
     /// `pgfree`: pages freed into the allocator (to the buddy or a per-CPU list).
-    pub pgfree: AtomicU64,
+    pub pgfree: Counter,
     /// Fallbacks that took memory from another migratetype (`mm_page_alloc_extfrag`).
-    pub extfrag: AtomicU64,
+    pub extfrag: Counter,
     /// Pageblocks claimed wholesale by a fallback.
-    pub claims: AtomicU64,
+    pub claims: Counter,
     /// Highatomic pageblocks reserved and released.
-    pub highatomic_reserve: AtomicU64,
-    pub highatomic_unreserve: AtomicU64,
+    pub highatomic_reserve: Counter,
+    pub highatomic_unreserve: Counter,
     /// Allocations that failed in this zone's watermark check.
-    pub wmark_fail: AtomicU64,
-}
-
-impl ZoneEvents {
-    #[inline]
-    pub fn inc(c: &AtomicU64, n: u64) {
-        // Relaxed: an event count needs atomicity, not ordering.
-        c.fetch_add(n, Ordering::Relaxed);
-    }
+    pub wmark_fail: Counter,
 }
 
 /// One zone.
@@ -223,21 +201,21 @@ impl Zone {
             }),
             seq: SeqCount::new(),
             counters: ZoneCounters {
-                nr_free: core::array::from_fn(|_| atomic_array()),
-                nr_free_pages: AtomicU64::new(0),
-                nr_free_highatomic: AtomicU64::new(0),
-                nr_free_pages_blocks: AtomicU64::new(0),
-                nr_blocks: atomic_array(),
-                nr_reserved_highatomic: AtomicU64::new(0),
+                nr_free: core::array::from_fn(|_| counters()),
+                nr_free_pages: Counter::new(),
+                nr_free_highatomic: Counter::new(),
+                nr_free_pages_blocks: Counter::new(),
+                nr_blocks: counters(),
+                nr_reserved_highatomic: Counter::new(),
             },
             events: ZoneEvents {
-                pgalloc: AtomicU64::new(0),
-                pgfree: AtomicU64::new(0),
-                extfrag: AtomicU64::new(0),
-                claims: AtomicU64::new(0),
-                highatomic_reserve: AtomicU64::new(0),
-                highatomic_unreserve: AtomicU64::new(0),
-                wmark_fail: AtomicU64::new(0),
+                pgalloc: Counter::new(),
+                pgfree: Counter::new(),
+                extfrag: Counter::new(),
+                claims: Counter::new(),
+                highatomic_reserve: Counter::new(),
+                highatomic_unreserve: Counter::new(),
+                wmark_fail: Counter::new(),
             },
             watermark: atomic_array(),
             lowmem_reserve: atomic_array(),
@@ -247,7 +225,7 @@ impl Zone {
         let counted = (0..zone.blocks.len())
             .filter(|&i| zone.blocks.raw(i) & COUNTED != 0)
             .count() as u64;
-        zone.counters.nr_blocks[Migratetype::Movable.idx()].store(counted, Ordering::Relaxed);
+        zone.counters.nr_blocks[Migratetype::Movable.idx()].set(counted);
         Ok(zone)
     }
 
@@ -314,7 +292,7 @@ impl Zone {
 
     #[inline]
     pub fn nr_free_pages(&self) -> u64 {
-        counter(&self.counters.nr_free_pages)
+        self.counters.nr_free_pages.get()
     }
 
     /// `__zone_watermark_unusable_free()`: free pages this request may not count.
@@ -322,7 +300,7 @@ impl Zone {
     fn unusable_free(&self, order: Order, flags: AllocFlags) -> i64 {
         let mut u = order.nr_pages() as i64 - 1;
         if !flags.has(AllocFlags::RESERVES) {
-            u += counter(&self.counters.nr_free_highatomic) as i64;
+            u += self.counters.nr_free_highatomic.get() as i64;
         }
         u
     }
@@ -360,11 +338,11 @@ impl Zone {
         }
         let c = &self.counters.nr_free;
         for o in order.idx()..=self.max_order.idx() {
-            if (0..MIGRATE_PCPTYPES).any(|mt| counter(&c[o][mt]) > 0) {
+            if (0..MIGRATE_PCPTYPES).any(|mt| c[o][mt].get() > 0) {
                 return true;
             }
             if flags.has(AllocFlags::HIGHATOMIC | AllocFlags::OOM)
-                && counter(&c[o][Migratetype::HighAtomic.idx()]) > 0
+                && c[o][Migratetype::HighAtomic.idx()].get() > 0
             {
                 return true;
             }
