@@ -1,6 +1,9 @@
 //! The stable twin of the fuzz targets: replays the committed corpus and a batch of
 //! seeded random inputs through both targets, and prints the figures.
 
+#[path = "../../zonealloc/tests/support/figures.rs"]
+mod figures;
+
 use std::path::Path;
 
 use zonealloc_fuzz::{run, seeded_input, Figures};
@@ -82,7 +85,7 @@ fn corpus_and_seeded_inputs_pass_both_targets() {
     for (k, n) in &ops.faults {
         f.push((format!("faults:{k}"), *n));
     }
-    zonealloc::figures::record("fuzz-twin", env!("CARGO_MANIFEST_DIR"), &f);
+    figures::record("fuzz-twin", env!("CARGO_MANIFEST_DIR"), &f);
     assert!(
         bad.bad_inputs.len() >= 8,
         "every kind of bad input must be reached: {:?}",

@@ -31,18 +31,16 @@ use crate::config::{Config, ConfigError};
 use crate::debug::DebugState;
 use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
-use crate::frame::{
-    FrameState, Word, FLAG_FRAG, FLAG_GUARDED, TAG_ALLOC, TAG_BAD, TAG_BUDDY, TAG_FROZEN, TAG_HOLE,
-    TAG_PCP, TAG_TAIL,
-};
+use crate::frame::{FrameState, Tag, Word, FLAG_FRAG, FLAG_GUARDED};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{
     count_zone_free, pcp_allowed_order, zone_batchsize, zone_highsize,
     MIN_PERCPU_PAGELIST_HIGH_FRACTION,
 };
 use crate::sync::Ordering;
+use crate::types::Wmark;
 use crate::types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES};
-use crate::zone::{Zone, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO, ZONE_BELOW_HIGH};
+use crate::zone::{Zone, ZONE_BELOW_HIGH};
 
 /// A zoned buddy page allocator over the frames described by a `Config`.
 pub struct ZoneAllocator<B: Backend = AbstractFrames> {
@@ -276,7 +274,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     (h, h)
                 } else {
                     (
-                        zone_highsize(z.wmark(WMARK_LOW), batch, cpus),
+                        zone_highsize(z.wmark(Wmark::Low), batch, cpus),
                         zone_highsize(z.managed / MIN_PERCPU_PAGELIST_HIGH_FRACTION, batch, cpus),
                     )
                 };
@@ -422,12 +420,12 @@ impl<B: Backend> ZoneAllocator<B> {
         if order > self.config.max_order {
             return Err(AllocError::InvalidOrder(order));
         }
-        let zl = self
+        let zonelist = self
             .zonelists
             .get(nid as usize)
             .ok_or(AllocError::InvalidNode(nid))?;
         let highest = gfp.highest_zone();
-        let first = zl
+        let first = zonelist
             .iter()
             .copied()
             .find(|&zi| self.zones[zi].zone_type() <= highest)
@@ -444,7 +442,7 @@ impl<B: Backend> ZoneAllocator<B> {
         };
         let mut fast = AllocFlags::fast(gfp, order.0);
         if self.nofragment(&req) {
-            fast.0 |= AllocFlags::NOFRAGMENT;
+            fast = fast | AllocFlags::NOFRAGMENT;
         }
         if let Some(p) = self.get_page_from_freelist(&req, fast) {
             return Ok(p);
@@ -482,8 +480,8 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// `get_page_from_freelist()`: one pass over the zonelist.
     fn get_page_from_freelist(&self, req: &Request, flags: AllocFlags) -> Option<Pfn> {
-        let zl = &self.zonelists[req.nid as usize];
-        for &zi in zl.iter() {
+        let zonelist = &self.zonelists[req.nid as usize];
+        for &zi in zonelist.iter() {
             let z = &self.zones[zi];
             if z.zone_type() > req.highest
                 || (req.gfp.contains(Gfp::THISZONE) && zi != req.first)
@@ -494,7 +492,7 @@ impl<B: Backend> ZoneAllocator<B> {
             // Below the high watermark, per-CPU lists shrink (see `pcp`); the test is
             // made here rather than on the hotter free path, as Linux does.
             let above_high = z.flags.load(Ordering::Relaxed) & ZONE_BELOW_HIGH == 0
-                && (z.watermark_fast(req.order, z.wmark(WMARK_HIGH), req.highest, flags) || {
+                && (z.watermark_fast(req.order, z.wmark(Wmark::High), req.highest, flags) || {
                     z.flags.fetch_or(ZONE_BELOW_HIGH, Ordering::Relaxed);
                     false
                 });
@@ -518,7 +516,7 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         if flags.has(AllocFlags::NOFRAGMENT) {
-            return self.get_page_from_freelist(req, AllocFlags(flags.0 & !AllocFlags::NOFRAGMENT));
+            return self.get_page_from_freelist(req, flags.without(AllocFlags::NOFRAGMENT));
         }
         None
     }
@@ -662,7 +660,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let idx = z.idx(pfn);
         let mut w = z.frames.word(idx);
         loop {
-            if w.tag() != TAG_ALLOC {
+            if w.tag() != Tag::Alloc {
                 return Err(self.classify(z, pfn, w));
             }
             // A guarded block answers to its guard alone, and a guard only to it; a
@@ -703,7 +701,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     .with_flags(w.flags() & !FLAG_GUARDED)),
             }
         })?;
-        let last = new.tag() == TAG_FROZEN;
+        let last = new.tag() == Tag::Frozen;
         if last {
             self.release_frozen(z, pfn, old.order(), via);
         }
@@ -832,7 +830,7 @@ impl<B: Backend> ZoneAllocator<B> {
     pub fn page_count(&self, pfn: Pfn) -> Result<u32, FreeError> {
         let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
         let w = z.frames.word(z.idx(pfn));
-        if w.tag() != TAG_ALLOC {
+        if w.tag() != Tag::Alloc {
             return Err(self.classify(z, pfn, w));
         }
         Ok(w.refcount())
@@ -860,7 +858,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     actual: w.order(),
                 });
             }
-            Ok(Word::new(TAG_ALLOC, 0, w.aux(), w.refcount()))
+            Ok(Word::new(Tag::Alloc, 0, w.aux(), w.refcount()))
         })?;
         let idx = z.idx(pfn);
         let w = old;
@@ -884,10 +882,10 @@ impl<B: Backend> ZoneAllocator<B> {
                 break;
             }
             let w = z.frames.word(z.idx(head));
-            if w.tag() == TAG_ALLOC && w.order().0 >= o {
+            if w.tag() == Tag::Alloc && w.order().0 >= o {
                 return Ok((head, w.order()));
             }
-            if w.tag() != TAG_TAIL {
+            if w.tag() != Tag::Tail {
                 break;
             }
         }
@@ -898,10 +896,10 @@ impl<B: Backend> ZoneAllocator<B> {
     #[cold]
     pub(crate) fn classify(&self, z: &Zone, pfn: Pfn, w: Word) -> FreeError {
         match w.tag() {
-            TAG_HOLE => FreeError::Hole(pfn),
-            TAG_BUDDY | TAG_PCP | TAG_FROZEN => FreeError::AlreadyFree(pfn),
-            TAG_BAD => FreeError::BadPage(pfn),
-            TAG_ALLOC => FreeError::Busy(pfn),
+            Tag::Hole => FreeError::Hole(pfn),
+            Tag::Buddy | Tag::Pcp | Tag::Frozen => FreeError::AlreadyFree(pfn),
+            Tag::Bad => FreeError::BadPage(pfn),
+            Tag::Alloc => FreeError::Busy(pfn),
             _ => {
                 // A tail: inside a free block (already free) or an allocated one.
                 // A merge in progress hides the enclosing free block for a moment
@@ -930,10 +928,10 @@ impl<B: Backend> ZoneAllocator<B> {
                 break;
             }
             let hw = z.frames.word(z.idx(head));
-            if matches!(hw.tag(), TAG_BUDDY | TAG_PCP | TAG_FROZEN) && hw.order().0 >= o {
+            if matches!(hw.tag(), Tag::Buddy | Tag::Pcp | Tag::Frozen) && hw.order().0 >= o {
                 return true;
             }
-            if hw.tag() == TAG_ALLOC && hw.order().0 >= o {
+            if hw.tag() == Tag::Alloc && hw.order().0 >= o {
                 break;
             }
         }
@@ -988,10 +986,10 @@ impl<B: Backend> ZoneAllocator<B> {
         let zi = self.node_zones.get(id.node as usize)?[id.zone_type.idx()]?;
         let z = &self.zones[zi];
         Some([
-            z.wmark(WMARK_MIN),
-            z.wmark(WMARK_LOW),
-            z.wmark(WMARK_HIGH),
-            z.wmark(WMARK_PROMO),
+            z.wmark(Wmark::Min),
+            z.wmark(Wmark::Low),
+            z.wmark(Wmark::High),
+            z.wmark(Wmark::Promo),
         ])
     }
 

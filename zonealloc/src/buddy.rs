@@ -34,7 +34,7 @@
 //! it is free or compatible); failing that, *steal* the smallest suitable block of
 //! another type without retyping its pageblock.
 
-use crate::frame::{Word, TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP};
+use crate::frame::{Tag, Word};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{COUNTED, WHOLE};
 use crate::types::{Migratetype, Order, Pfn};
@@ -217,17 +217,17 @@ impl ZoneLocked<'_> {
             let w = z.frames.word(z.idx(Pfn(p)));
             let n = w.order().nr_pages();
             match w.tag() {
-                TAG_BUDDY => {
+                Tag::Buddy => {
                     free += n;
                     p += n;
                 }
-                TAG_ALLOC => {
+                Tag::Alloc => {
                     if w.aux() == Migratetype::Movable as u8 {
                         movable += n;
                     }
                     p += n;
                 }
-                TAG_PCP | TAG_FROZEN => p += n,
+                Tag::Pcp | Tag::Frozen => p += n,
                 _ => p += 1,
             }
         }
@@ -244,7 +244,7 @@ impl ZoneLocked<'_> {
         let mut p = start.0;
         while p < start.0 + pb_nr {
             let w = z.frames.word(z.idx(Pfn(p)));
-            if w.tag() == TAG_BUDDY {
+            if w.tag() == Tag::Buddy {
                 self.move_to_free_list(Pfn(p), w.order(), old, new);
                 moved += w.order().nr_pages();
                 p += w.order().nr_pages();
@@ -356,12 +356,12 @@ impl ZoneLocked<'_> {
         let end = z.end_pfn();
         let mut p = z.start_pfn;
         while p < end {
-            if z.frames.word(z.idx(Pfn(p))).tag() == TAG_HOLE {
+            if z.frames.word(z.idx(Pfn(p))).tag() == Tag::Hole {
                 p += 1;
                 continue;
             }
             let mut q = p;
-            while q < end && z.frames.word(z.idx(Pfn(q))).tag() != TAG_HOLE {
+            while q < end && z.frames.word(z.idx(Pfn(q))).tag() != Tag::Hole {
                 q += 1;
             }
             for (pfn, order) in chunks(Pfn(p), q - p, z.max_order) {

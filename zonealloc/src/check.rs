@@ -21,7 +21,7 @@ use core::fmt;
 
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
-use crate::frame::{Word, NIL, TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_HOLE, TAG_PCP, TAG_TAIL};
+use crate::frame::{Tag, Word, NIL};
 use crate::pageblock::COUNTED;
 use crate::types::{Migratetype, Order, Pfn, MIGRATE_TYPES};
 use crate::zone::ZoneLocked;
@@ -224,11 +224,11 @@ fn check_zone(
         let w = t.word(i);
         c.report.frames += 1;
         match w.tag() {
-            TAG_HOLE => {
+            Tag::Hole => {
                 i += 1;
                 continue;
             }
-            TAG_TAIL => {
+            Tag::Tail => {
                 return Err(InvariantViolation {
                     pfn: Some(pfn),
                     what: "tail frame outside any block".into(),
@@ -260,7 +260,7 @@ fn check_zone(
         frames_in_blocks += nr;
         c.report.frames += nr - 1;
         match w.tag() {
-            TAG_BUDDY => {
+            Tag::Buddy => {
                 let mt = z.blocks.migratetype(pfn);
                 if order > pb {
                     for b in 0..1u64 << (order.0 - pb.0) {
@@ -294,7 +294,7 @@ fn check_zone(
                     }
                 }
             }
-            TAG_PCP => {
+            Tag::Pcp => {
                 let found = pcp
                     .binary_search_by_key(&i, |&(h, _)| h)
                     .is_ok_and(|k| pcp[k].1 == order);
@@ -304,14 +304,14 @@ fn check_zone(
                 c.report.pcp_blocks += 1;
                 c.report.pcp_pages += nr;
             }
-            TAG_ALLOC => {
+            Tag::Alloc => {
                 c.ensure(w.refcount() >= 1, Some(pfn), || {
                     "allocated with refcount 0".into()
                 })?;
                 c.report.allocated_blocks += 1;
                 c.report.allocated_pages += nr;
             }
-            TAG_FROZEN => {
+            Tag::Frozen => {
                 return Err(InvariantViolation {
                     pfn: Some(pfn),
                     what: "block frozen (being freed) at a quiescent point".into(),

@@ -29,11 +29,12 @@ use alloc::vec::Vec;
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::error::FreeError;
-use crate::frame::{Word, FLAG_GUARDED, TAG_ALLOC, TAG_BAD, TAG_FROZEN, TAG_HOLE, TAG_TAIL};
+use crate::frame::{Tag, Word, FLAG_GUARDED};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::pcp_allowed_order;
+use crate::types::Wmark;
 use crate::types::{Migratetype, Order, Pfn};
-use crate::zone::{chunks, Zone, WMARK_LOW};
+use crate::zone::{chunks, Zone};
 
 /// Why a contiguous allocation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,7 +127,7 @@ impl<B: Backend> ZoneAllocator<B> {
             let idx = z.idx(p);
             let mut w = z.frames.word(idx);
             let taken = loop {
-                let bad = if w.tag() != TAG_ALLOC {
+                let bad = if w.tag() != Tag::Alloc {
                     Some(self.classify(z, p, w))
                 } else if w.order().0 != 0 {
                     Some(FreeError::WrongOrder {
@@ -151,7 +152,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     break false;
                 }
                 // Keep the type byte, so the page can be restored as it was.
-                let frozen = Word::new(TAG_FROZEN, 0, w.aux(), 0);
+                let frozen = Word::new(Tag::Frozen, 0, w.aux(), 0);
                 match z.frames.cas_word(idx, w, frozen) {
                     Ok(_) => break true,
                     Err(cur) => w = cur,
@@ -171,7 +172,7 @@ impl<B: Backend> ZoneAllocator<B> {
             if claim.get(i) {
                 let idx = z.idx(p);
                 let w = z.frames.word(idx);
-                z.frames.set_word(idx, Word::new(TAG_ALLOC, 0, w.aux(), k));
+                z.frames.set_word(idx, Word::new(Tag::Alloc, 0, w.aux(), k));
             }
         }
     }
@@ -215,7 +216,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let idx = z.idx(pfn);
         let mut w = z.frames.word(idx);
         loop {
-            if w.tag() != TAG_ALLOC || w.order().0 != 0 || w.refcount() < k {
+            if w.tag() != Tag::Alloc || w.order().0 != 0 || w.refcount() < k {
                 return false;
             }
             let last = w.refcount() == k;
@@ -375,7 +376,7 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         let cpu = self.current_cpu();
         let mt = gfp.migratetype();
-        let flags = AllocFlags(AllocFlags::WMARK_LOW);
+        let flags = AllocFlags::checking(Wmark::Low);
         let highest = gfp.highest_zone();
         // The first eligible zone with room for the whole request above its low mark.
         let zone = self.zonelist(0).find(|z| {
@@ -383,7 +384,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 && pcp_allowed_order(Order(0), z.pageblock_order)
                 && z.watermark_fast(
                     Order(0),
-                    z.wmark(WMARK_LOW) + missing as u64,
+                    z.wmark(Wmark::Low) + missing as u64,
                     highest,
                     flags,
                 )
@@ -612,8 +613,8 @@ impl<B: Backend> ZoneAllocator<B> {
     /// racing allocation can make stale).
     fn maybe_free(&self, z: &Zone, pfn: Pfn) -> bool {
         match z.frames.word(z.idx(pfn)).tag() {
-            TAG_ALLOC | TAG_HOLE | TAG_BAD => false,
-            TAG_TAIL => self.block_of(pfn).is_err(),
+            Tag::Alloc | Tag::Hole | Tag::Bad => false,
+            Tag::Tail => self.block_of(pfn).is_err(),
             _ => true,
         }
     }

@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 use crate::backend::Backend;
 use crate::config::DebugConfig;
 use crate::fault::Faults;
-use crate::frame::{Word, TAG_BAD, TAG_HOLE};
+use crate::frame::{Tag, Word};
 use crate::sync::Lock;
 use crate::types::{Order, Pfn};
 use crate::zone::Zone;
@@ -84,7 +84,7 @@ impl DebugState {
         };
         for z in zones {
             for p in z.start_pfn..z.end_pfn() {
-                if z.frames.word(z.idx(Pfn(p))).tag() != TAG_HOLE {
+                if z.frames.word(z.idx(Pfn(p))).tag() != Tag::Hole {
                     backend.fill_pages(Pfn(p), 1, byte);
                 }
             }
@@ -124,7 +124,7 @@ impl DebugState {
                     found,
                 });
                 z.frames
-                    .set_word(z.idx(pfn), Word::new(TAG_BAD, order.0, 0, 0));
+                    .set_word(z.idx(pfn), Word::new(Tag::Bad, order.0, 0, 0));
                 return false;
             }
         }

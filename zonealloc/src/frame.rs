@@ -54,13 +54,19 @@ use crate::types::{Migratetype, Order};
 /// "No frame" in list links.
 pub(crate) const NIL: u32 = u32::MAX;
 
-pub(crate) const TAG_HOLE: u8 = 0;
-pub(crate) const TAG_TAIL: u8 = 1;
-pub(crate) const TAG_BUDDY: u8 = 2;
-pub(crate) const TAG_PCP: u8 = 3;
-pub(crate) const TAG_ALLOC: u8 = 4;
-pub(crate) const TAG_FROZEN: u8 = 5;
-pub(crate) const TAG_BAD: u8 = 6;
+/// What a frame is: the low byte of its state word (see the module documentation
+/// for each state's meaning and the transitions between them).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub(crate) enum Tag {
+    Hole = 0,
+    Tail = 1,
+    Buddy = 2,
+    Pcp = 3,
+    Alloc = 4,
+    Frozen = 5,
+    Bad = 6,
+}
 
 /// Head flag: a `PageBlock` guard owns the block.
 pub(crate) const FLAG_GUARDED: u8 = 1;
@@ -73,12 +79,21 @@ pub(crate) struct Word(pub u64);
 
 impl Word {
     #[inline]
-    pub const fn new(tag: u8, order: u8, aux: u8, refcount: u32) -> Word {
+    pub const fn new(tag: Tag, order: u8, aux: u8, refcount: u32) -> Word {
         Word(tag as u64 | (order as u64) << 8 | (aux as u64) << 16 | (refcount as u64) << 32)
     }
     #[inline]
-    pub const fn tag(self) -> u8 {
-        self.0 as u8
+    pub const fn tag(self) -> Tag {
+        // Only `Word::new` writes the byte, always from a `Tag`.
+        match self.0 as u8 {
+            0 => Tag::Hole,
+            1 => Tag::Tail,
+            2 => Tag::Buddy,
+            3 => Tag::Pcp,
+            4 => Tag::Alloc,
+            5 => Tag::Frozen,
+            _ => Tag::Bad,
+        }
     }
     #[inline]
     pub const fn order(self) -> Order {
@@ -105,22 +120,20 @@ impl Word {
         Word((self.0 & 0xffff_ffff) | (r as u64) << 32)
     }
 
-    pub const HOLE: Word = Word::new(TAG_HOLE, 0, 0, 0);
-    pub const TAIL: Word = Word::new(TAG_TAIL, 0, 0, 0);
-    #[allow(dead_code)] // isolation and bad-page handling build on it
-    pub const BAD: Word = Word::new(TAG_BAD, 0, 0, 0);
+    pub const HOLE: Word = Word::new(Tag::Hole, 0, 0, 0);
+    pub const TAIL: Word = Word::new(Tag::Tail, 0, 0, 0);
 
     #[inline]
     pub const fn buddy(order: Order) -> Word {
-        Word::new(TAG_BUDDY, order.0, 0, 0)
+        Word::new(Tag::Buddy, order.0, 0, 0)
     }
     #[inline]
     pub const fn pcp(order: Order, cpu: u8) -> Word {
-        Word::new(TAG_PCP, order.0, cpu, 0)
+        Word::new(Tag::Pcp, order.0, cpu, 0)
     }
     #[inline]
     pub const fn alloc(order: Order, mt: Migratetype) -> Word {
-        Word::new(TAG_ALLOC, order.0, mt as u8, 1)
+        Word::new(Tag::Alloc, order.0, mt as u8, 1)
     }
     #[inline]
     pub const fn alloc_flagged(order: Order, mt: Migratetype, flags: u8) -> Word {
@@ -128,7 +141,7 @@ impl Word {
     }
     #[inline]
     pub const fn frozen(order: Order) -> Word {
-        Word::new(TAG_FROZEN, order.0, 0, 0)
+        Word::new(Tag::Frozen, order.0, 0, 0)
     }
 }
 
@@ -168,15 +181,15 @@ pub enum FrameState {
 impl From<Word> for FrameState {
     fn from(w: Word) -> FrameState {
         match w.tag() {
-            TAG_HOLE => FrameState::Hole,
-            TAG_TAIL => FrameState::Tail,
-            TAG_BUDDY => FrameState::Free { order: w.order() },
-            TAG_PCP => FrameState::PerCpu { order: w.order() },
-            TAG_ALLOC => FrameState::Allocated {
+            Tag::Hole => FrameState::Hole,
+            Tag::Tail => FrameState::Tail,
+            Tag::Buddy => FrameState::Free { order: w.order() },
+            Tag::Pcp => FrameState::PerCpu { order: w.order() },
+            Tag::Alloc => FrameState::Allocated {
                 order: w.order(),
                 refcount: w.refcount(),
             },
-            TAG_FROZEN => FrameState::Frozen { order: w.order() },
+            Tag::Frozen => FrameState::Frozen { order: w.order() },
             _ => FrameState::Bad,
         }
     }
@@ -386,8 +399,8 @@ mod tests {
 
     #[test]
     fn word_round_trips_its_fields() {
-        let w = Word::new(TAG_ALLOC, 9, 2, 7);
-        assert_eq!(w.tag(), TAG_ALLOC);
+        let w = Word::new(Tag::Alloc, 9, 2, 7);
+        assert_eq!(w.tag(), Tag::Alloc);
         assert_eq!(w.order(), Order(9));
         assert_eq!(w.aux(), 2);
         assert_eq!(w.refcount(), 7);

@@ -9,7 +9,7 @@
 use core::fmt;
 use core::ops::{BitAnd, BitOr, BitOrAssign, Not};
 
-use crate::types::{Migratetype, ZoneType};
+use crate::types::{Migratetype, Wmark, ZoneType};
 
 /// Get-free-pages flags: what a caller asks of an allocation.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -191,60 +191,88 @@ impl fmt::Debug for Gfp {
     }
 }
 
-/// Internal allocation flags for one pass of the allocator (Linux's `ALLOC_*`).
-#[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
-pub(crate) struct AllocFlags(pub u32);
+/// Internal allocation flags for one pass of the allocator (Linux's `ALLOC_*`): the
+/// watermark the pass checks, and what the request may do beyond it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct AllocFlags(u32);
 
 impl AllocFlags {
-    pub const WMARK_MIN: u32 = 0;
-    pub const WMARK_LOW: u32 = 1;
-    #[allow(dead_code)]
-    pub const WMARK_HIGH: u32 = 2;
-    pub const WMARK_MASK: u32 = 3;
-    pub const NO_WATERMARKS: u32 = 0x04;
-    pub const OOM: u32 = 0x08;
-    pub const NON_BLOCK: u32 = 0x10;
-    pub const MIN_RESERVE: u32 = 0x20;
-    pub const NOFRAGMENT: u32 = 0x100;
-    pub const HIGHATOMIC: u32 = 0x200;
-    pub const RESERVES: u32 = Self::NON_BLOCK | Self::MIN_RESERVE | Self::HIGHATOMIC | Self::OOM;
+    const WMARK_MASK: u32 = 3;
+    /// Skip the watermark check (`__GFP_MEMALLOC`).
+    pub const NO_WATERMARKS: AllocFlags = AllocFlags(0x04);
+    /// An OOM victim's request: may use part of the reserves.
+    pub const OOM: AllocFlags = AllocFlags(0x08);
+    /// Cannot block: may dip further into the reserves.
+    pub const NON_BLOCK: AllocFlags = AllocFlags(0x10);
+    /// `__GFP_HIGH`: may dip into the min reserve.
+    pub const MIN_RESERVE: AllocFlags = AllocFlags(0x20);
+    /// Rather spill into a lower zone than fragment this one.
+    pub const NOFRAGMENT: AllocFlags = AllocFlags(0x100);
+    /// May use and grow the highatomic reserve.
+    pub const HIGHATOMIC: AllocFlags = AllocFlags(0x200);
+    /// Any of the reserve flags.
+    pub const RESERVES: AllocFlags =
+        AllocFlags(Self::NON_BLOCK.0 | Self::MIN_RESERVE.0 | Self::HIGHATOMIC.0 | Self::OOM.0);
 
+    /// Flags that check `mark` and nothing more.
     #[inline]
-    pub fn has(self, f: u32) -> bool {
-        self.0 & f != 0
+    pub const fn checking(mark: Wmark) -> AllocFlags {
+        AllocFlags(mark as u32)
     }
 
+    /// Whether any flag of `f` is set.
     #[inline]
-    pub fn wmark(self) -> usize {
-        (self.0 & Self::WMARK_MASK) as usize
+    pub fn has(self, f: AllocFlags) -> bool {
+        self.0 & f.0 != 0
+    }
+
+    /// These flags without those of `f`.
+    #[inline]
+    #[must_use]
+    pub fn without(self, f: AllocFlags) -> AllocFlags {
+        AllocFlags(self.0 & !f.0)
+    }
+
+    /// The watermark this pass checks.
+    #[inline]
+    pub fn wmark(self) -> Wmark {
+        Wmark::from_bits(self.0 & Self::WMARK_MASK)
     }
 
     /// Flags of the first, optimistic pass: the low watermark, plus the highatomic
     /// reserve for high-order requests that cannot block but may dip (2026 tree).
     pub fn fast(gfp: Gfp, order: u8) -> AllocFlags {
-        let mut f = Self::WMARK_LOW;
+        let mut f = Self::checking(Wmark::Low);
         if order > 0 && gfp.contains(Gfp::HIGH) && !gfp.contains(Gfp::DIRECT_RECLAIM) {
-            f |= Self::HIGHATOMIC;
+            f = f | Self::HIGHATOMIC;
         }
-        AllocFlags(f)
+        f
     }
 
     /// `gfp_to_alloc_flags()`: flags of the slow pass.
     pub fn slow(gfp: Gfp, order: u8) -> AllocFlags {
-        let mut f = Self::WMARK_MIN;
+        let mut f = Self::checking(Wmark::Min);
         if gfp.contains(Gfp::HIGH) {
-            f |= Self::MIN_RESERVE;
+            f = f | Self::MIN_RESERVE;
         }
         if !gfp.contains(Gfp::DIRECT_RECLAIM) && !gfp.contains(Gfp::NOMEMALLOC) {
-            f |= Self::NON_BLOCK;
-            if order > 0 && f & Self::MIN_RESERVE != 0 {
-                f |= Self::HIGHATOMIC;
+            f = f | Self::NON_BLOCK;
+            if order > 0 && f.has(Self::MIN_RESERVE) {
+                f = f | Self::HIGHATOMIC;
             }
         }
         if gfp.contains(Gfp::MEMALLOC) && !gfp.contains(Gfp::NOMEMALLOC) {
-            f |= Self::NO_WATERMARKS;
+            f = f | Self::NO_WATERMARKS;
         }
-        AllocFlags(f)
+        f
+    }
+}
+
+impl BitOr for AllocFlags {
+    type Output = AllocFlags;
+    #[inline]
+    fn bitor(self, rhs: AllocFlags) -> AllocFlags {
+        AllocFlags(self.0 | rhs.0)
     }
 }
 

@@ -8,7 +8,7 @@
 //! covers the block is first broken up, one pageblock at a time, so that the other
 //! pageblocks keep their memory (Linux's `split_large_buddy`).
 
-use crate::frame::{TAG_ALLOC, TAG_BUDDY, TAG_FROZEN, TAG_PCP};
+use crate::frame::Tag;
 use crate::types::{Migratetype, Order, Pfn};
 use crate::zone::ZoneLocked;
 
@@ -24,8 +24,8 @@ impl ZoneLocked<'_> {
             let w = z.frames.word(z.idx(head));
             if w.order().0 >= o {
                 match w.tag() {
-                    TAG_BUDDY => return Some((head, w.order())),
-                    TAG_ALLOC | TAG_PCP | TAG_FROZEN => return None,
+                    Tag::Buddy => return Some((head, w.order())),
+                    Tag::Alloc | Tag::Pcp | Tag::Frozen => return None,
                     _ => {}
                 }
             }
@@ -69,7 +69,7 @@ impl ZoneLocked<'_> {
         let mut p = lo;
         while p < hi {
             let w = z.frames.word(z.idx(Pfn(p)));
-            if w.tag() == TAG_BUDDY {
+            if w.tag() == Tag::Buddy {
                 self.move_to_free_list(Pfn(p), w.order(), old, new);
                 p += w.order().nr_pages();
             } else {

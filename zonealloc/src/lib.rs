@@ -65,9 +65,6 @@ mod counter;
 mod debug;
 mod error;
 mod fault;
-#[cfg(feature = "std")]
-#[doc(hidden)]
-pub mod figures;
 mod frame;
 mod gfp;
 mod isolate;

@@ -54,7 +54,7 @@ use crate::allocator::{Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::config::FragFreePath;
 use crate::error::{AllocError, FreeError};
-use crate::frame::{Word, FLAG_FRAG, TAG_FROZEN};
+use crate::frame::{Tag, Word, FLAG_FRAG};
 use crate::gfp::Gfp;
 use crate::sync::{AtomicU32, Ordering};
 use crate::types::{Order, Pfn};
@@ -349,7 +349,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 w.with_refcount(w.refcount() - 1)
             })
         })?;
-        if new.tag() == TAG_FROZEN {
+        if new.tag() == Tag::Frozen {
             self.release_frozen(z, head, old.order(), self.frag_via(old.order()));
         }
         Ok(())
@@ -414,7 +414,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 None => Word::frozen(w.order()),
             })
         })?;
-        if new.tag() == TAG_FROZEN {
+        if new.tag() == Tag::Frozen {
             self.release_frozen(z, head, old.order(), self.frag_via(old.order()));
             return Ok(Released::Freed);
         }

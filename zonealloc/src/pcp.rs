@@ -345,9 +345,9 @@ impl PcpLocked<'_> {
             if z.flags.load(Ordering::Relaxed) & ZONE_BELOW_HIGH != 0
                 && z.watermark_ok(
                     Order(0),
-                    z.wmark(crate::zone::WMARK_HIGH),
+                    z.wmark(crate::types::Wmark::High),
                     crate::types::ZoneType::Movable,
-                    crate::gfp::AllocFlags(0),
+                    crate::gfp::AllocFlags::checking(crate::types::Wmark::Min),
                     z.nr_free_pages() as i64,
                 )
             {

@@ -18,8 +18,9 @@ use core::fmt::{self, Write};
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::sync::Ordering;
+use crate::types::Wmark;
 use crate::types::{Migratetype, Order, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_TYPES};
-use crate::zone::{Zone, WMARK_HIGH, WMARK_LOW, WMARK_MIN, WMARK_PROMO};
+use crate::zone::Zone;
 
 /// Linux caps each pagetypeinfo list walk at this many entries.
 pub const PAGETYPEINFO_WALK_CAP: u64 = 100_000;
@@ -458,7 +459,7 @@ impl<B: Backend> ZoneAllocator<B> {
             let mut p = z.start_pfn;
             while p < z.end_pfn() {
                 let pfn = crate::types::Pfn(p);
-                if z.frames.word(z.idx(pfn)).tag() != crate::frame::TAG_HOLE {
+                if z.frames.word(z.idx(pfn)).tag() != crate::frame::Tag::Hole {
                     nr_blocks[z.blocks.migratetype(pfn).idx()] += 1;
                 }
                 p += pb_nr;
@@ -490,10 +491,10 @@ impl<B: Backend> ZoneAllocator<B> {
                         free: s.nr_free_pages,
                         boost: 0,
                         watermarks: [
-                            z.wmark(WMARK_MIN),
-                            z.wmark(WMARK_LOW),
-                            z.wmark(WMARK_HIGH),
-                            z.wmark(WMARK_PROMO),
+                            z.wmark(Wmark::Min),
+                            z.wmark(Wmark::Low),
+                            z.wmark(Wmark::High),
+                            z.wmark(Wmark::Promo),
                         ],
                         spanned: z.spanned,
                         present: z.present,

@@ -64,14 +64,6 @@ impl<T> Lock<T> {
         #[cfg(not(loom))]
         self.inner.lock()
     }
-
-    #[inline]
-    pub(crate) fn try_lock(&self) -> Option<LockGuard<'_, T>> {
-        #[cfg(loom)]
-        return self.inner.try_lock().ok();
-        #[cfg(not(loom))]
-        self.inner.try_lock()
-    }
 }
 
 impl<T: Default> Default for Lock<T> {

@@ -83,6 +83,29 @@ pub const MAX_ORDER_LIMIT: u8 = 20;
 /// Size of per-order tables.
 pub const NR_ORDERS_MAX: usize = MAX_ORDER_LIMIT as usize + 1;
 
+/// A zone watermark (`enum zone_watermarks`): the index into a zone's marks.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u8)]
+pub(crate) enum Wmark {
+    Min = 0,
+    Low = 1,
+    High = 2,
+    Promo = 3,
+}
+
+impl Wmark {
+    /// The mark whose index is `bits` (0..=3).
+    #[inline]
+    pub(crate) const fn from_bits(bits: u32) -> Wmark {
+        match bits {
+            0 => Wmark::Min,
+            1 => Wmark::Low,
+            2 => Wmark::High,
+            _ => Wmark::Promo,
+        }
+    }
+}
+
 /// The mobility class of a pageblock and of the free blocks on its lists.
 ///
 /// Values and names are Linux's (`enum migratetype`, without CMA).

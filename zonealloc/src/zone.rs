@@ -14,21 +14,15 @@ use alloc::boxed::Box;
 
 use crate::config::{ConfigError, ZoneConfig};
 use crate::counter::{counters, Counter};
-use crate::frame::{FrameList, FrameTable, PageMeta, Word, TAG_HOLE};
+use crate::frame::{FrameList, FrameTable, PageMeta, Tag, Word};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
 use crate::pcp::{PcpLocked, PcpSlot};
 use crate::sync::{AtomicU64, AtomicU8, Lock, LockGuard, Ordering, SeqCount};
 use crate::types::{
-    Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES, MIGRATE_TYPES,
-    NR_ORDERS_MAX,
+    Migratetype, Order, Pfn, Wmark, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES,
+    MIGRATE_TYPES, NR_ORDERS_MAX,
 };
-
-/// Watermark indices (`enum zone_watermarks`).
-pub(crate) const WMARK_MIN: usize = 0;
-pub(crate) const WMARK_LOW: usize = 1;
-pub(crate) const WMARK_HIGH: usize = 2;
-pub(crate) const WMARK_PROMO: usize = 3;
 
 /// Zone flag: the last allocation found the zone below its high watermark.
 pub(crate) const ZONE_BELOW_HIGH: u8 = 1;
@@ -148,7 +142,7 @@ impl Zone {
         for &(h, n) in &zc.holes {
             for p in h.0..h.0 + n {
                 let i = (p - start) as u32;
-                if frames.word(i).tag() != TAG_HOLE {
+                if frames.word(i).tag() != Tag::Hole {
                     holes += 1;
                     frames.set_word(i, Word::HOLE);
                 }
@@ -163,7 +157,7 @@ impl Zone {
             (start >> pb, ((end - 1) >> pb) - (start >> pb) + 1)
         };
         let offset = start & (pb_nr - 1);
-        let is_hole = |p: u64| frames.word((p - start) as u32).tag() == TAG_HOLE;
+        let is_hole = |p: u64| frames.word((p - start) as u32).tag() == Tag::Hole;
         let block_flags = (0..nr_blocks as usize).map(|k| {
             let b = first_block + k as u64;
             let bstart = b << pb;
@@ -248,15 +242,6 @@ impl Zone {
         ZoneLocked { zone: self, area }
     }
 
-    /// Takes the zone lock if it is free.
-    #[inline]
-    #[allow(dead_code)]
-    pub fn try_lock(&self) -> Option<ZoneLocked<'_>> {
-        let area = self.free.try_lock()?;
-        self.seq.write_begin();
-        Some(ZoneLocked { zone: self, area })
-    }
-
     /// Whether `pfn` lies in the zone's span.
     #[inline]
     pub fn contains(&self, pfn: Pfn) -> bool {
@@ -286,8 +271,8 @@ impl Zone {
     }
 
     #[inline]
-    pub fn wmark(&self, i: usize) -> u64 {
-        self.watermark[i].load(Ordering::Relaxed)
+    pub fn wmark(&self, mark: Wmark) -> u64 {
+        self.watermark[mark as usize].load(Ordering::Relaxed)
     }
 
     #[inline]

@@ -3,6 +3,9 @@
 //! ranges, contiguous allocations racing ordinary ones, fragments carved on one
 //! thread and freed on another (Linux's page_frag_test).
 
+#[path = "support/figures.rs"]
+mod figures;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
 
@@ -164,7 +167,7 @@ fn bulk_contig_and_frag_paths_keep_the_ledger_exact() {
     let ops = ops.load(Ordering::Relaxed);
     let cross = cross.load(Ordering::Relaxed);
     println!("concurrent paths: {THREADS} threads, {ops} operations, {cross} cross-thread frees, ledger violations 0, frames lost 0");
-    zonealloc::figures::record(
+    figures::record(
         "concurrent-paths",
         env!("CARGO_MANIFEST_DIR"),
         &[

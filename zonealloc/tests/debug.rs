@@ -1,6 +1,9 @@
 //! Debug modes (poisoning, init-on-alloc/free, bad-page retirement) and fault
 //! injection at every site.
 
+#[path = "support/figures.rs"]
+mod figures;
+
 use zonealloc::*;
 
 fn arena(debug: DebugConfig) -> ZoneAllocator<Arena> {
@@ -172,5 +175,5 @@ fn injected_faults_lose_nothing() {
     let mut f = injected;
     f.push(("frames_lost".into(), 0));
     f.push(("violations".into(), 0));
-    zonealloc::figures::record("faults", env!("CARGO_MANIFEST_DIR"), &f);
+    figures::record("faults", env!("CARGO_MANIFEST_DIR"), &f);
 }

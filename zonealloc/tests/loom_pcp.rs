@@ -22,6 +22,9 @@
 
 #![cfg(loom)]
 
+#[path = "support/figures.rs"]
+mod figures;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -160,7 +163,7 @@ where
         r.fetch_add(1, Ordering::Relaxed);
         f();
     });
-    zonealloc::figures::record(
+    figures::record(
         &format!("loom-{name}"),
         env!("CARGO_MANIFEST_DIR"),
         &[

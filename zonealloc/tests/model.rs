@@ -54,6 +54,9 @@
 //! soak runs. A divergence is shrunk, printed, and persisted in
 //! `proptest-regressions/model.txt`.
 
+#[path = "support/figures.rs"]
+mod figures;
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
@@ -2011,7 +2014,7 @@ fn record_figures(suite: &str, t: &Tally) {
     for (kind, n) in by_kind {
         f.push((format!("bad_inputs:{kind}"), n));
     }
-    zonealloc::figures::record(suite, env!("CARGO_MANIFEST_DIR"), &f);
+    figures::record(suite, env!("CARGO_MANIFEST_DIR"), &f);
 }
 
 /// `__GFP_MEMALLOC` requests ignore watermarks, so a failure must mean that no

@@ -47,6 +47,9 @@
 //! `ZONEALLOC_STRESS_THREADS`, `ZONEALLOC_STRESS_ITERS` and `ZONEALLOC_STRESS_SEED`
 //! override the other parameters.
 
+#[path = "support/figures.rs"]
+mod figures;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -1089,7 +1092,7 @@ fn run_stress(setup: Setup) {
         reserved_highatomic,
         shape_same,
     );
-    zonealloc::figures::record(
+    figures::record(
         &format!("stress-{}", setup.name),
         env!("CARGO_MANIFEST_DIR"),
         &[

@@ -1,7 +1,8 @@
 //! Reliability figures: what each test suite ran and checked, collected for
 //! `zonealloc selftest`'s table.
 //!
-//! Test-support, outside the allocator's layers. Each suite calls `record` once with
+//! Test support, included by each suite with `#[path]` (not part of the library).
+//! Each suite calls `record` once with
 //! its counts (operations, invariant checks, bad inputs by kind, faults by site, ...);
 //! the figures land as `key<TAB>value` lines in
 //! `<workspace>/target/reliability/<suite>.tsv` (or `$ZONEALLOC_FIGURES_DIR`), and
@@ -9,10 +10,10 @@
 //! so the table only ever shows figures of passing runs.
 
 use std::path::{Path, PathBuf};
-use std::string::String;
 
 /// Where figures go: `$ZONEALLOC_FIGURES_DIR`, else `target/reliability` of the
 /// workspace containing `manifest_dir` (a crate directory).
+#[allow(dead_code)]
 pub fn dir(manifest_dir: &str) -> PathBuf {
     if let Some(d) = std::env::var_os("ZONEALLOC_FIGURES_DIR") {
         return PathBuf::from(d);
