@@ -6,6 +6,12 @@
 //! `put_page` and `split_page` on top of the buddy layer. It takes each zone's lock
 //! for the duration of one buddy operation; no lock is held across zones.
 //!
+//! Public API here: building (`new`, `with_arena`, `with_backend`,
+//! `setup_watermarks`), allocating and freeing single blocks and references, the
+//! per-CPU list controls (drains, decay), fault injection and the zone layout
+//! queries. The other tasks live in `owned`, `contig`, `page_frag`, `stats` and
+//! `check` (see the crate documentation's map).
+//!
 //! # Allocation
 //!
 //! A fast pass walks the zonelist with the low watermark; a slow pass retries with

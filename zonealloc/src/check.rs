@@ -1,4 +1,5 @@
 //! The O(n) validator: `check_invariants()` walks every frame and every list.
+//! Public API here: `check_invariants` and `state_digest`.
 //!
 //! Third tier of checks (the first two being typed errors at the API and
 //! `debug_assert!`s inside). Takes each zone's lock in turn; meaningful at quiescent

@@ -3,8 +3,9 @@
 //!
 //! Layer on top of the allocator's single-block paths. Takes the per-CPU and zone
 //! locks through them; `alloc_contig_range` isolates pageblocks (see `isolate`).
+//! Public API here: the five calls above.
 //!
-//! # Freeing a run of order-0 pages as large blocks (seeds 000 and 002)
+//! # Freeing a run of order-0 pages as large blocks (Linux 2026: `free_contig_range`, `vfree`)
 //!
 //! Freeing `n` order-0 pages one by one costs `n` trips through the per-CPU lists and,
 //! when they flush, `n` merge chains in the buddy. But a run of consecutive pages is

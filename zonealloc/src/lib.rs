@@ -22,25 +22,43 @@
 //! print!("{}", za.buddyinfo());
 //! ```
 //!
+//! # The public API by task
+//!
+//! | task | calls | module |
+//! |---|---|---|
+//! | build | `ZoneAllocator::new`, `with_arena`, `with_backend`, `Config`, `Config::validate`, `setup_watermarks` | `allocator`, `config` |
+//! | allocate | `alloc_pages`, `alloc_pages_on`, `alloc_pages_node`, `alloc_block` (a `PageBlock` guard) | `allocator`, `owned` |
+//! | free and references | `free_pages`, `free_pages_on`, `put_page`, `get_page`, `page_count`, `split_page`, `block_of` | `allocator` |
+//! | contiguous and bulk | `free_contig_range`, `free_pages_bulk`, `alloc_pages_bulk`, `alloc_contig_range`, `alloc_contig_pages` | `contig` |
+//! | fragments | `PageFragCache::alloc`, `drain`, `ZoneAllocator::page_frag_free` | `page_frag` |
+//! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | `vmalloc` |
+//! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | `allocator` |
+//! | statistics | `buddyinfo`, `pagetypeinfo`, `zoneinfo`, `vmstat`, `free_counts`, `zone_events`, `pcp_stats`, `extfrag_index`, `unusable_index`, `watermarks`, `zones`, `frame_state`, `managed_pages`, `nr_free_pages` | `stats`, `allocator` |
+//! | debugging | `check_invariants`, `state_digest`, `pagetypeinfo_walked`, `inject_faults`, `faults_injected`, `bad_page_reports` | `check`, `stats`, `allocator` |
+//!
 //! # Layers, one module each, following the allocation path
+//!
+//! Lowest first. A module imports only from the rows above it, with one exception
+//! kept from Linux: a zone owns its per-CPU slots (`struct zone` has
+//! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on zones.
+//! `buddy` and `isolate` add zone-lock-held methods to `zone`'s `ZoneLocked` guard,
+//! and `owned`, `contig`, `page_frag`, `stats` and `check` add methods to
+//! `ZoneAllocator`: each extends the layer below it, never the other way.
 //!
 //! | module | layer |
 //! |---|---|
+//! | `types`, `sync`, `error`, `gfp`, `counter`, `fault`, `config` | vocabulary, locks and atomics (loom-swappable), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables |
 //! | `frame` | per-frame metadata (16 bytes), the frame state machine, intrusive lists |
-//! | `pageblock` | pageblock migratetypes and isolation |
-//! | `zone` | a zone: its lock, free lists, counters, watermark checks |
-//! | `buddy` | split, merge, fallback, highatomic reserves (zone lock held) |
-//! | `isolate` | pageblock isolation for contiguous allocation |
-//! | `contig` | `free_contig_range`, bulk free/alloc, `alloc_contig_range` |
-//! | `page_frag` | page fragment cache with the reference-bias trick |
-//! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
-//! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
-//! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
-//! | `stats` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices |
-//! | `debug` | poisoning, init-on-alloc/free, bad-page reports |
-//! | `fault` | fault injection at chosen call sites |
-//! | `check` | `check_invariants()`, `state_digest()` |
+//! | `pageblock` | pageblock migratetypes and isolation bits |
 //! | `backend`, `arena`, `os` | what stands behind the frames; the current CPU |
+//! | `zone` | a zone: its lock, free lists, counters, watermark checks (and its per-CPU slots) |
+//! | `buddy`, `isolate` | split, merge, fallback, highatomic reserves, pageblock isolation (zone lock held) |
+//! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
+//! | `debug` | poisoning, init-on-alloc/free, bad-page reports |
+//! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
+//! | `owned`, `contig`, `page_frag` | guards, contiguous and bulk paths, fragments |
+//! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
+//! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
 
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_code)]

@@ -1,5 +1,7 @@
 //! RAII ownership of allocated blocks for Rust callers.
 //!
+//! Public API here: `ZoneAllocator::alloc_block` and `PageBlock`.
+//!
 //! `PageBlock` owns an allocated block and frees it when it goes out of scope, beside
 //! the raw pfn API for callers that manage lifetimes themselves. Because a guard hands
 //! out the block's bytes as `&mut [u8]`, it must be the block's only owner: its head

@@ -3,7 +3,8 @@
 //! Layer on top of the allocator's reference counts (`mm/page_frag_cache.c`). A
 //! `PageFragCache` belongs to one owner (a CPU, a network queue) and is used by one
 //! thread at a time; fragments it hands out may be freed from any thread with
-//! `ZoneAllocator::page_frag_free(addr)`.
+//! `ZoneAllocator::page_frag_free(addr)`. Public API here: `PageFragCache` and
+//! `page_frag_free`.
 //!
 //! # The reference-bias trick
 //!
@@ -45,8 +46,8 @@
 //!
 //! The cache refills with an order-3 block (32 KiB on 4 KiB pages) without trying
 //! hard (`NORETRY | NOWARN`), falling back to an order-0 page. When a block's last
-//! fragment is freed, the block goes back by the path `FragFreePath` selects: seed
-//! 003 sends order-0 pages through the per-CPU lists instead of the zone lock.
+//! fragment is freed, the block goes back by the path `FragFreePath` selects: since
+//! Linux 4.20, order-0 pages go through the per-CPU lists instead of the zone lock.
 
 use core::ptr::NonNull;
 

@@ -36,7 +36,7 @@
 //! carry the `Pcp` state, and are refused by every free (double free) and counted by
 //! `check_invariants()`.
 //!
-//! Seed 001's idea is an option here (`PcpConfig::prefetch_buddy`): the flush first
+//! Linux 4.16 to 5.17's buddy prefetch is an option here (`PcpConfig::prefetch_buddy`): the flush first
 //! picks its blocks off the per-CPU lists without the zone lock, prefetching each
 //! buddy's metadata, then takes the zone lock and merges them.
 
@@ -430,7 +430,7 @@ impl PcpLocked<'_> {
         let mut pindex = pindex;
         let mut blocks = 0;
         if prefetch {
-            // Seed 001: pick outside the zone lock, prefetching each buddy's metadata,
+            // The buddy prefetch: pick outside the zone lock, prefetching each buddy's metadata,
             // then merge the picked blocks under one zone-lock hold per chunk.
             let mut picked = [(0u32, Order(0)); PICK_MAX];
             while left > 0 {

@@ -3,13 +3,16 @@
 //! Top layer, read-only. `buddyinfo()`, `pagetypeinfo()`, `zoneinfo()` and `vmstat()`
 //! return typed values whose `Display` writes `/proc/buddyinfo`, `/proc/pagetypeinfo`,
 //! `/proc/zoneinfo` and `/proc/vmstat` byte for byte as Linux lays them out.
+//! Public API here: those four, `free_counts`, `zone_events`, `pcp_stats`,
+//! `pageblock_migratetype`, the fragmentation indices and `pagetypeinfo_walked`.
 //!
 //! They are built from the per-(order, migratetype) free-block counters kept on every
-//! list add and remove (the design of seed 004), so they cost O(zones x orders x types)
+//! list add and remove (the per-migratetype counts proposed for Linux in 2025), so
+//! they cost O(zones x orders x types)
 //! and never take the zone lock. Each zone's counters are read inside its sequence
 //! counter's read section and re-read if a writer overlapped, so a snapshot is never
 //! torn by a concurrent merge. Linux's way, walking the lists under the zone lock, is
-//! kept as `pagetypeinfo_walked()`: a validator, and the "before" of seed 004.
+//! kept as `pagetypeinfo_walked()`: a validator, and the benchmark's "before".
 
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -433,7 +436,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// the zone lock, one order per lock hold, each walk capped at 100,000 entries;
     /// pageblocks counted by reading every block's type. Cost: O(free blocks +
     /// pageblocks), with the zone lock held. Kept as a validator of the counters and
-    /// as the "before" of seed 004's benchmark.
+    /// as the "before" of the `pagetypeinfo` benchmark (Linux's way).
     pub fn pagetypeinfo_walked(&self) -> PageTypeInfo {
         let mut zones = Vec::new();
         let mut capped = Vec::new();

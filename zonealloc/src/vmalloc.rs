@@ -42,7 +42,7 @@
 //!
 //! # vfree
 //!
-//! `VfreeMode::Bulk` (the 2026 kernel, seed 002) hands the whole array to
+//! `VfreeMode::Bulk` (the 2026 kernel's `vfree`) hands the whole array to
 //! `free_pages_bulk`, which frees each run of consecutive frames as the largest
 //! aligned blocks (orders 1-3 and the pageblock order to the per-CPU lists, the
 //! others to the buddy). `VfreeMode::PerPage` is the kernel up to 6.19: one

@@ -45,7 +45,7 @@ pub(crate) struct FreeArea {
 
 /// Counters readable without the zone lock.
 pub(crate) struct ZoneCounters {
-    /// Free blocks per (order, migratetype): seed 004's counters.
+    /// Free blocks per (order, migratetype), kept on every list add and remove.
     pub nr_free: [[Counter; MIGRATE_TYPES]; NR_ORDERS_MAX],
     /// `NR_FREE_PAGES`: free pages on the buddy lists, isolated ones excluded.
     pub nr_free_pages: Counter,
