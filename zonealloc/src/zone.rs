@@ -9,6 +9,12 @@
 //! Counters that readers see (`nr_free[order][mt]`, free pages, pageblocks per type)
 //! are `Counter`s whose single writer is the zone-lock holder; the sequence counter
 //! makes a snapshot of several consistent for readers (see `counter`).
+//!
+//! The zone also owns one `PcpSlot` per CPU, as Linux's `struct zone` owns its
+//! `per_cpu_pageset`: this module names `pcp`'s slot type and `pcp` works on zones,
+//! the one pair of layers that refer to each other. Everything else here refers only
+//! to the layers below (`frame`, `pageblock`, `config`, `counter`); the buddy
+//! algorithm (`buddy`, `isolate`) is built on top, as methods of `ZoneLocked`.
 
 use alloc::boxed::Box;
 
