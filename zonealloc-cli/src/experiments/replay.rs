@@ -14,11 +14,12 @@
 //!  other tracepoints             ->  counted: the kernel's own refills and drains
 //! ```
 //!
-//! An allocation at a frame the trace still holds means its free was lost (perf drops
-//! events when its buffer overflows): the old block is freed first, as
-//! zonealloc-trace's `Replayer` does. A free of part of a held block (the pages of a
-//! `split_page()`d block) is counted and skipped: only zonealloc can split a block,
-//! and the peers must replay the same operations. Slots are dense indices into a
+//! What each event means is zonealloc-trace's `Action`, the one its `Replayer` acts
+//! on. An allocation at a frame the trace still holds means its free was lost (perf
+//! drops events when its buffer overflows): the old block is freed first. A free of
+//! part of a held block (the pages of a `split_page()`d block) is counted and
+//! skipped: only zonealloc can split a block, and the peers must replay the same
+//! operations. Slots are dense indices into a
 //! table of handles, so the timed loop does no hashing: it is the allocator's work
 //! plus one array access per event.
 //!
@@ -47,9 +48,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use zonealloc::{Config, Gfp, Pfn, ZoneAllocator, ZoneType};
-use zonealloc_trace::gfp_names::effective_gfp;
 use zonealloc_trace::reader::{read_all, ReadOptions};
-use zonealloc_trace::{Event, HoleModel, Record, Replayer, ZoneLayout};
+use zonealloc_trace::{Action, HoleModel, Record, Replayer, ZoneLayout};
 
 use super::peer_allocators::{
     bsa_locked_frame_allocator, BsaLockedHeapPeer, FaDepot, FrameAllocPeer, JeMalloc, Mapping,
@@ -172,6 +172,12 @@ struct Prepared {
     peak_pages: u64,
 }
 
+/// Highest order a trace block can have (the traced kernel's `MAX_PAGE_ORDER`): how
+/// far up a partial free looks for the block it falls inside.
+const TRACE_MAX_ORDER: u8 = 10;
+
+/// The records as operations on slots, with what the trace held besides; each
+/// event's meaning is zonealloc-trace's `Action`, as for its `Replayer`.
 fn prepare(records: &[Record]) -> Prepared {
     let mut p = Prepared {
         events: records.len() as u64,
@@ -183,26 +189,28 @@ fn prepare(records: &[Record]) -> Prepared {
     for r in records {
         max_cpu = max_cpu.max(r.cpu);
         let cpu = r.cpu;
-        match r.event {
-            Event::Alloc {
+        let action = Action::of(&r.event, TRACE_MAX_ORDER, |pfn| {
+            held.get(&pfn).map(|&(_, o)| o)
+        });
+        match action {
+            Action::KernelFailedAlloc => p.kernel_failed += 1,
+            Action::Alloc {
                 pfn,
                 order,
                 gfp,
-                migratetype,
+                implicit_free,
             } => {
-                let Some(pfn) = pfn else {
-                    p.kernel_failed += 1;
-                    continue;
-                };
-                if let Some((slot, o)) = held.remove(&pfn) {
-                    p.implicit_frees += 1;
-                    p.ops.push(Op::Free {
-                        slot,
-                        cpu,
-                        order: o,
-                    });
-                    free_slots.push(slot);
-                    pages -= 1 << o;
+                if implicit_free {
+                    if let Some((slot, o)) = held.remove(&pfn) {
+                        p.implicit_frees += 1;
+                        p.ops.push(Op::Free {
+                            slot,
+                            cpu,
+                            order: o,
+                        });
+                        free_slots.push(slot);
+                        pages -= 1 << o;
+                    }
                 }
                 let slot = free_slots.pop().unwrap_or_else(|| {
                     p.slots += 1;
@@ -216,40 +224,30 @@ fn prepare(records: &[Record]) -> Prepared {
                     slot,
                     cpu,
                     order,
-                    gfp: effective_gfp(gfp, migratetype),
+                    gfp,
                 });
             }
-            Event::Free { pfn, order } => match held.get(&pfn).copied() {
-                Some((slot, o)) if o == order => {
-                    held.remove(&pfn);
+            Action::Free { pfn, order } => {
+                if let Some((slot, _)) = held.remove(&pfn) {
                     free_slots.push(slot);
-                    pages -= 1 << o;
+                    pages -= 1 << order;
                     p.frees += 1;
                     p.ops.push(Op::Free { slot, cpu, order });
                 }
-                Some(_) => p.order_mismatch += 1,
-                None => {
-                    let inside = (order + 1..=10).any(|o| {
-                        held.get(&(pfn & !((1u64 << o) - 1)))
-                            .is_some_and(|&(_, ho)| ho >= o)
-                    });
-                    if inside {
-                        p.partial_frees += 1;
-                    } else {
-                        p.pretrace_frees += 1;
-                    }
-                }
-            },
-            Event::FreeBatched { .. } => p.free_batched += 1,
-            Event::AllocZoneLocked { percpu_refill, .. } => {
+            }
+            Action::OrderMismatch => p.order_mismatch += 1,
+            Action::PartialFree { .. } => p.partial_frees += 1,
+            Action::Unheld { .. } => p.pretrace_frees += 1,
+            Action::FreeBatched => p.free_batched += 1,
+            Action::KernelZoneLocked { percpu_refill } => {
                 if percpu_refill {
                     p.kernel_refill_blocks += 1;
                 } else {
                     p.kernel_zone_locked_other += 1;
                 }
             }
-            Event::PcpuDrain { .. } => p.kernel_drain_blocks += 1,
-            Event::AllocExtfrag { .. } => {}
+            Action::KernelDrain => p.kernel_drain_blocks += 1,
+            Action::KernelFallback { .. } => {}
         }
     }
     p.nr_cpus = max_cpu as usize + 1;
