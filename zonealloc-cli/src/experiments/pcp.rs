@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 
+use super::seed_util::{plural, Rng};
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::affinity;
 use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant};
@@ -151,22 +152,6 @@ fn hot_pair(ctx: &mut Ctx, res: &mut ExperimentResult) {
 // 2. Throughput with a small live window
 // -----------------------------------------------------------------------------
 
-/// xorshift64*: a small deterministic generator, one per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 /// One thread's random alloc/free walk over a window of at most `WINDOW` pages,
 /// until `stop`. Returns the calls made (allocations + frees).
 fn window_walk(za: &ZoneAllocator, seed: u64, stop: &AtomicBool) -> u64 {
@@ -248,14 +233,6 @@ fn spin_until(stop: &AtomicBool) -> u64 {
         }
     }
     n
-}
-
-fn plural(t: usize) -> &'static str {
-    if t == 1 {
-        ""
-    } else {
-        "s"
-    }
 }
 
 fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {

@@ -49,6 +49,7 @@ use super::peer_allocators::{
     BsaLockedHeapPeer, FaDepot, FaSummary, FrameAllocPeer, JeMalloc, MiArenaPeer, MiMalloc, Mmap,
     OffsetPeer, Peer, PerThreadFloor, RlsfPeer, SharedPeer, VecFloor, Za, PAGE,
 };
+use super::seed_util::Rng;
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::harness::{secs_since, Ctx, Metric, Row, Samples, Table, Variant};
 
@@ -194,23 +195,6 @@ impl Experiment for Peers {
 // -----------------------------------------------------------------------------
 // Workloads
 // -----------------------------------------------------------------------------
-
-/// xorshift64*: a small deterministic generator.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    #[inline]
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
 
 /// A workload one peer runs once per round; returns the round's sample.
 trait Workload {
