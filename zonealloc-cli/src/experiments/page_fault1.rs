@@ -39,8 +39,6 @@
 //! alike.
 
 use std::cell::Cell;
-use std::sync::Barrier;
-use std::time::Instant;
 
 use zonealloc::{Arena, ArenaOptions, Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 
@@ -49,7 +47,7 @@ use super::seed_util::{
 };
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::affinity;
-use crate::harness::{Ctx, Metric, Samples, Table, Variant};
+use crate::harness::{Ctx, Metric, Samples, Table, Variant, Workers};
 
 /// The experiment.
 pub struct PageFault1;
@@ -395,53 +393,24 @@ fn fault_run(
     cycles: usize,
     cpus: &[usize],
 ) -> f64 {
-    // Each thread times itself from the shared start to its own end: a run lasts from
-    // the first start to the last end (the caller may be descheduled while they run).
-    let start = Barrier::new(threads);
-    let spans: Vec<(Instant, Instant)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let start = &start;
-                let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
-                s.spawn(move || {
-                    if let Some(cpu) = cpu {
-                        affinity::pin_current_thread(cpu);
+    Workers::pinned(threads, cpus).throughput(
+        |_| Vec::<Pfn>::with_capacity(region_pages),
+        |_, region, _| {
+            for _ in 0..cycles {
+                for _ in 0..region_pages {
+                    let mut page = za
+                        .alloc_block(Gfp::HIGHUSER_MOVABLE, Order(0))
+                        .expect("the free eighth of the zone holds every region");
+                    if let Some(b) = page.bytes_mut() {
+                        b[0] = 1;
                     }
-                    let mut region: Vec<Pfn> = Vec::with_capacity(region_pages);
-                    start.wait();
-                    let t0 = Instant::now();
-                    for _ in 0..cycles {
-                        for _ in 0..region_pages {
-                            let mut page = za
-                                .alloc_block(Gfp::HIGHUSER_MOVABLE, Order(0))
-                                .expect("the free eighth of the zone holds every region");
-                            if let Some(b) = page.bytes_mut() {
-                                b[0] = 1;
-                            }
-                            region.push(page.into_raw().0);
-                        }
-                        for pfn in region.drain(..) {
-                            za.free_pages(pfn, Order(0)).expect("freeing a region page");
-                        }
-                    }
-                    (t0, Instant::now())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("page_fault1 thread"))
-            .collect()
-    });
-    let first = spans
-        .iter()
-        .map(|s| s.0)
-        .min()
-        .expect("at least one thread");
-    let last = spans
-        .iter()
-        .map(|s| s.1)
-        .max()
-        .expect("at least one thread");
-    (threads * cycles * region_pages) as f64 / (last - first).as_secs_f64() / 1e6
+                    region.push(page.into_raw().0);
+                }
+                for pfn in region.drain(..) {
+                    za.free_pages(pfn, Order(0)).expect("freeing a region page");
+                }
+            }
+            (cycles * region_pages) as u64
+        },
+    )
 }

@@ -29,7 +29,6 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
@@ -37,7 +36,7 @@ use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 use super::seed_util::{plural, Rng};
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::affinity;
-use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant};
+use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant, Workers};
 
 /// The experiment.
 pub struct Pcp;
@@ -189,38 +188,6 @@ fn window_walk(za: &ZoneAllocator, seed: u64, stop: &AtomicBool) -> u64 {
     ops
 }
 
-/// Runs `work(thread index, stop)` on `threads` threads for `dur` (all released
-/// together, then told to stop) and returns the summed counts per second, millions.
-fn timed_threads(
-    threads: usize,
-    dur: Duration,
-    work: impl Fn(usize, &AtomicBool) -> u64 + Sync,
-) -> f64 {
-    let stop = AtomicBool::new(false);
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (stop, start, work) = (&stop, &start, &work);
-                s.spawn(move || {
-                    start.wait();
-                    work(t, stop)
-                })
-            })
-            .collect();
-        start.wait();
-        let t0 = Instant::now();
-        std::thread::sleep(dur);
-        stop.store(true, Ordering::Relaxed);
-        let elapsed = secs_since(t0);
-        let ops: u64 = handles
-            .into_iter()
-            .map(|h| h.join().expect("worker thread"))
-            .sum();
-        ops as f64 / elapsed / 1e6
-    })
-}
-
 /// A shared-nothing loop (a multiply-add chain in registers) until `stop`: how well
 /// this machine runs threads in parallel at the moment, with no allocator involved.
 fn spin_until(stop: &AtomicBool) -> u64 {
@@ -266,15 +233,16 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             Variant::new(name(*on, t), move || {
                 round += 1;
                 let seed = (v << 16) ^ round;
-                timed_threads(t, dur, |i, stop| {
-                    window_walk(za, seed ^ ((i as u64 + 1) << 32), stop)
-                })
+                Workers::for_duration(t, dur).throughput(
+                    |_| (),
+                    |i, _, stop| window_walk(za, seed ^ ((i as u64 + 1) << 32), stop),
+                )
             })
         })
         .collect();
     for t in [1, 2] {
         variants.push(Variant::new(ceiling(t), move || {
-            timed_threads(t, dur, |_, stop| spin_until(stop))
+            Workers::for_duration(t, dur).throughput(|_| (), |_, _, stop| spin_until(stop))
         }));
     }
     let s = ctx.compare("1/2/4-thread throughput", &mut variants);
@@ -359,53 +327,23 @@ fn burst_throughput(
     cycles: usize,
     cpus: &[usize],
 ) -> f64 {
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let start = &start;
-                let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
-                s.spawn(move || {
-                    if let Some(cpu) = cpu {
-                        affinity::pin_current_thread(cpu);
-                    }
-                    let mut pages = Vec::with_capacity(burst);
-                    start.wait();
-                    // Timed inside the workers: a main thread that waits for a
-                    // CPU after the barrier would start its clock late.
-                    let t0 = Instant::now();
-                    for _ in 0..cycles {
-                        for _ in 0..burst {
-                            pages.push(
-                                za.alloc_pages(Gfp::KERNEL, Order(0))
-                                    .expect("the zone holds every burst"),
-                            );
-                        }
-                        for pfn in pages.drain(..) {
-                            za.free_pages(pfn, Order(0)).expect("freeing a burst page");
-                        }
-                    }
-                    (t0, Instant::now())
-                })
-            })
-            .collect();
-        start.wait();
-        let spans: Vec<(Instant, Instant)> = handles
-            .into_iter()
-            .map(|h| h.join().expect("worker thread"))
-            .collect();
-        let first = spans
-            .iter()
-            .map(|s| s.0)
-            .min()
-            .expect("at least one thread");
-        let last = spans
-            .iter()
-            .map(|s| s.1)
-            .max()
-            .expect("at least one thread");
-        (threads * cycles * burst * 2) as f64 / (last - first).as_secs_f64() / 1e6
-    })
+    Workers::pinned(threads, cpus).throughput(
+        |_| Vec::with_capacity(burst),
+        |_, pages, _| {
+            for _ in 0..cycles {
+                for _ in 0..burst {
+                    pages.push(
+                        za.alloc_pages(Gfp::KERNEL, Order(0))
+                            .expect("the zone holds every burst"),
+                    );
+                }
+                for pfn in pages.drain(..) {
+                    za.free_pages(pfn, Order(0)).expect("freeing a burst page");
+                }
+            }
+            (cycles * burst * 2) as u64
+        },
+    )
 }
 
 /// Leaves about a quarter of the zone allocated in scattered order-0 pages: allocates

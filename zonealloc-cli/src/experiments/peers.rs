@@ -39,7 +39,7 @@
 use std::cell::RefCell;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use zonealloc::{Arena, ArenaOptions, Config, ZoneAllocator};
@@ -51,7 +51,7 @@ use super::peer_allocators::{
 };
 use super::seed_util::Rng;
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
-use crate::harness::{secs_since, Ctx, Metric, Row, Samples, Table, Variant};
+use crate::harness::{secs_since, Ctx, Metric, Row, Samples, Table, Variant, Workers};
 
 /// The experiment.
 pub struct Peers;
@@ -678,30 +678,10 @@ fn window_walk<P: Peer>(p: &mut P, seed: u64, stop: &AtomicBool) -> u64 {
 
 /// `threads` threads walking `s` for `dur`: millions of calls per second, all threads.
 fn throughput<S: SharedPeer>(s: &S, threads: usize, dur: Duration, seed: u64) -> f64 {
-    let stop = AtomicBool::new(false);
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let (stop, start) = (&stop, &start);
-                sc.spawn(move || {
-                    let mut v = s.view();
-                    start.wait();
-                    window_walk(&mut v, seed ^ ((i as u64 + 1) << 32), stop)
-                })
-            })
-            .collect();
-        start.wait();
-        let t0 = Instant::now();
-        std::thread::sleep(dur);
-        stop.store(true, Ordering::Relaxed);
-        let elapsed = secs_since(t0);
-        let ops: u64 = handles
-            .into_iter()
-            .map(|h| h.join().expect("worker thread"))
-            .sum();
-        ops as f64 / elapsed / 1e6
-    })
+    Workers::for_duration(threads, dur).throughput(
+        |_| s.view(),
+        |i, v, stop| window_walk(v, seed ^ ((i as u64 + 1) << 32), stop),
+    )
 }
 
 /// One instance of every peer, shared by threads.
