@@ -61,6 +61,75 @@ impl<'a> Variant<'a> {
     }
 }
 
+/// A variant's handle, returned when it is added to `Variants`: it picks that
+/// variant's samples out of the comparison's results by position, so renaming a
+/// label cannot break a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VariantId(usize);
+
+impl VariantId {
+    /// This variant's samples among `results`, what `Ctx::compare` returned for the
+    /// `Variants` that issued the handle.
+    pub fn of(self, results: &[Samples]) -> &Samples {
+        &results[self.0]
+    }
+}
+
+/// Handles by a typed key (a setting, a thread count, a peer), for comparisons whose
+/// variants are added in loops.
+pub struct Handles<K>(Vec<(K, VariantId)>);
+
+impl<K: PartialEq + std::fmt::Debug> Handles<K> {
+    /// The handle of the variant added for `key`.
+    ///
+    /// # Panics
+    /// If no variant was added for `key`: a bug of the experiment.
+    pub fn get(&self, key: K) -> VariantId {
+        match self.0.iter().find(|(k, _)| *k == key) {
+            Some(&(_, id)) => id,
+            None => panic!("no variant was added for {key:?}"),
+        }
+    }
+}
+
+impl<K> FromIterator<(K, VariantId)> for Handles<K> {
+    fn from_iter<I: IntoIterator<Item = (K, VariantId)>>(it: I) -> Handles<K> {
+        Handles(it.into_iter().collect())
+    }
+}
+
+/// The variants of one comparison, each added for a `VariantId`. Passed to
+/// `Ctx::compare` as a slice.
+#[derive(Default)]
+pub struct Variants<'a>(Vec<Variant<'a>>);
+
+impl<'a> Variants<'a> {
+    /// No variants yet.
+    pub fn new() -> Variants<'a> {
+        Variants(Vec::new())
+    }
+
+    /// Adds the variant named `name` whose runs are `run()`; returns its handle.
+    pub fn add(&mut self, name: impl Into<String>, run: impl FnMut() -> f64 + 'a) -> VariantId {
+        self.0.push(Variant::new(name, run));
+        VariantId(self.0.len() - 1)
+    }
+}
+
+impl<'a> std::ops::Deref for Variants<'a> {
+    type Target = [Variant<'a>];
+
+    fn deref(&self) -> &[Variant<'a>] {
+        &self.0
+    }
+}
+
+impl<'a> std::ops::DerefMut for Variants<'a> {
+    fn deref_mut(&mut self) -> &mut [Variant<'a>] {
+        &mut self.0
+    }
+}
+
 /// What a sample measures.
 #[derive(Clone, Debug, Serialize)]
 pub struct Metric {
@@ -575,6 +644,19 @@ mod tests {
             },
         );
         assert!(rate > 0.0 && rate.is_finite());
+    }
+
+    #[test]
+    fn handles_pick_their_variants_samples_whatever_the_names() {
+        let mut ctx = Ctx::new(true, ProgressBar::hidden());
+        let mut vs = Variants::new();
+        let a = vs.add("same label", || 1.0);
+        let b = vs.add("same label", || 2.0);
+        let keyed: Handles<u8> = [(7, b), (3, a)].into_iter().collect();
+        let s = ctx.compare("t", &mut vs);
+        assert_eq!(a.of(&s).median(), 1.0);
+        assert_eq!(keyed.get(7).of(&s).median(), 2.0);
+        assert_eq!(keyed.get(3), a);
     }
 
     #[test]

@@ -36,7 +36,9 @@ use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 use super::seed_util::{plural, Rng};
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::affinity;
-use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant, Workers};
+use crate::harness::{
+    secs_since, Ctx, Handles, Metric, Samples, Table, Variant, Variants, Workers,
+};
 
 /// The experiment.
 pub struct Pcp;
@@ -224,34 +226,31 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             plural(t)
         )
     };
-    let ceiling = |t: usize| format!("shared-nothing loop, {t} thread{}", plural(t));
-    let mut variants: Vec<Variant<'_>> = allocs
+    let mut variants = Variants::new();
+    let ids: Handles<(bool, usize)> = allocs
         .iter()
         .zip(0u64..)
-        .map(|((on, t, za), v)| {
-            let (t, mut round) = (*t, 0u64);
-            Variant::new(name(*on, t), move || {
+        .map(|(&(on, t, ref za), v)| {
+            let mut round = 0u64;
+            let id = variants.add(name(on, t), move || {
                 round += 1;
                 let seed = (v << 16) ^ round;
                 Workers::for_duration(t, dur).throughput(
                     |_| (),
                     |i, _, stop| window_walk(za, seed ^ ((i as u64 + 1) << 32), stop),
                 )
-            })
+            });
+            ((on, t), id)
         })
         .collect();
-    for t in [1, 2] {
-        variants.push(Variant::new(ceiling(t), move || {
-            Workers::for_duration(t, dur).throughput(|_| (), |_, _, stop| spin_until(stop))
-        }));
-    }
+    let ceiling = [1, 2].map(|t| {
+        variants.add(
+            format!("shared-nothing loop, {t} thread{}", plural(t)),
+            move || Workers::for_duration(t, dur).throughput(|_| (), |_, _, stop| spin_until(stop)),
+        )
+    });
     let s = ctx.compare("1/2/4-thread throughput", &mut variants);
-    let find = |n: String| -> &Samples {
-        s.iter()
-            .find(|x| x.variant == n)
-            .expect("every variant ran")
-    };
-    let by = |on: bool, t: usize| find(name(on, t));
+    let by = |on: bool, t: usize| ids.get((on, t)).of(&s);
     let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
     for &t in &THREADS {
         res.tables.push(Table::new(
@@ -280,7 +279,7 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             &rows,
         ));
     }
-    let (c1, c2) = (find(ceiling(1)), find(ceiling(2)));
+    let (c1, c2) = (ceiling[0].of(&s), ceiling[1].of(&s));
     res.tables.push(Table::new(
         "machine-ceiling",
         "machine ceiling, same rounds: a shared-nothing register loop (no allocator), \
@@ -448,13 +447,14 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
             )
         };
         let before: Vec<_> = allocs.iter().map(|a| flush_counts(&a.2)).collect();
-        let mut variants: Vec<Variant<'_>> = allocs
+        let mut variants = Variants::new();
+        let ids: Handles<(usize, bool)> = allocs
             .iter()
-            .map(|(t, prefetch, za, _)| {
-                let t = *t;
-                Variant::new(name(t, *prefetch), move || {
+            .map(|&(t, prefetch, ref za, _)| {
+                let id = variants.add(name(t, prefetch), move || {
                     burst_throughput(za, t, burst, cycles, cpus)
-                })
+                });
+                ((t, prefetch), id)
             })
             .collect();
         let s = ctx.compare(&format!("flush path, {state} zone"), &mut variants);
@@ -471,11 +471,7 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
             ));
         }
         for &t in &FLUSH_THREADS {
-            let off = s.iter().find(|x| x.variant == name(t, false));
-            let on = s.iter().find(|x| x.variant == name(t, true));
-            let (Some(off), Some(on)) = (off, on) else {
-                continue;
-            };
+            let (off, on) = (ids.get((t, false)).of(&s), ids.get((t, true)).of(&s));
             res.tables.push(Table::new(
                 &format!("flush-{state}-{t}t"),
                 &format!(

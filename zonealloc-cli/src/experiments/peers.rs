@@ -51,7 +51,9 @@ use super::peer_allocators::{
 };
 use super::seed_util::Rng;
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
-use crate::harness::{secs_since, Ctx, Metric, Row, Samples, Table, Variant, Workers};
+use crate::harness::{
+    secs_since, Ctx, Handles, Metric, Row, Samples, Table, VariantId, Variants, Workers,
+};
 
 /// The experiment.
 pub struct Peers;
@@ -443,12 +445,15 @@ impl Singles {
         ]
     }
 
-    /// The runners as harness variants.
-    fn variants<'a, W: Workload>(&'a mut self, w: &'a W) -> Vec<Variant<'a>> {
-        self.runners(w)
+    /// The runners as harness variants, with zonealloc's handle.
+    fn variants<'a, W: Workload>(&'a mut self, w: &'a W) -> (Variants<'a>, VariantId) {
+        let mut variants = Variants::new();
+        let ids: Handles<Id> = self
+            .runners(w)
             .into_iter()
-            .map(|(id, r)| Variant::new(id.name(), r))
-            .collect()
+            .map(|(id, r)| (id, variants.add(id.name(), r)))
+            .collect();
+        (variants, ids.get(Id::Zonealloc))
     }
 }
 
@@ -459,12 +464,6 @@ type Runner<'a> = Box<dyn FnMut() -> f64 + 'a>;
 fn peer_table(id: &str, title: &str, metric: Metric, s: &[Samples]) -> Table {
     let rows: Vec<(&str, &Samples)> = s.iter().map(|x| (x.variant.as_str(), x)).collect();
     Table::new(id, title, metric, &rows)
-}
-
-fn zonealloc_median(s: &[Samples]) -> f64 {
-    s.iter()
-        .find(|x| x.variant == Id::Zonealloc.name())
-        .map_or(f64::NAN, Samples::median)
 }
 
 fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
@@ -483,10 +482,12 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let mut singles = Singles::new();
 
     let hot = HotPair { n: hot_n };
-    let s = ctx.compare("hot order-0 pair", &mut singles.variants(&hot));
+    let (mut variants, za) = singles.variants(&hot);
+    let s = ctx.compare("hot order-0 pair", &mut variants);
+    drop(variants);
     res.targets.push(Target::at_most(
         "zonealloc: hot order-0 alloc+free pair (median)",
-        zonealloc_median(&s),
+        za.of(&s).median(),
         HOT_TARGET_NS,
         "ns",
     ));
@@ -500,10 +501,12 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let fill = FillDrain {
         filled: RefCell::new(Vec::new()),
     };
-    let s = ctx.compare("fill/drain", &mut singles.variants(&fill));
+    let (mut variants, za) = singles.variants(&fill);
+    let s = ctx.compare("fill/drain", &mut variants);
+    drop(variants);
     res.targets.push(Target::at_most(
         "zonealloc: fill the arena at order 0, free shuffled, per call (median)",
-        zonealloc_median(&s),
+        za.of(&s).median(),
         FILL_TARGET_NS,
         "ns",
     ));
@@ -542,10 +545,12 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
         ops: mixed_ops,
         failures: RefCell::new(Vec::new()),
     };
-    let s = ctx.compare("mixed orders", &mut singles.variants(&mixed));
+    let (mut variants, za) = singles.variants(&mixed);
+    let s = ctx.compare("mixed orders", &mut variants);
+    drop(variants);
     res.targets.push(Target::at_most(
         "zonealloc: mixed orders 0..9, live set <= 2048, per call (median)",
-        zonealloc_median(&s),
+        za.of(&s).median(),
         MIXED_TARGET_NS,
         "ns",
     ));
@@ -696,12 +701,21 @@ struct Shareds {
     rlsf: Mutex<RlsfPeer>,
 }
 
-fn shared_variant<'a, S: SharedPeer>(id: Id, s: &'a S, t: usize, dur: Duration) -> Variant<'a> {
+/// Adds to `variants` the thread run of peer `id` (instance `s`) at `t` threads;
+/// returns its handle, keyed by peer and thread count.
+fn shared_variant<'a, S: SharedPeer>(
+    variants: &mut Variants<'a>,
+    id: Id,
+    s: &'a S,
+    t: usize,
+    dur: Duration,
+) -> ((Id, usize), VariantId) {
     let mut round = 0u64;
-    Variant::new(format!("{} {t}t", id.threaded_name()), move || {
+    let handle = variants.add(format!("{} {t}t", id.threaded_name()), move || {
         round += 1;
         throughput(s, t, dur, SEED ^ (round << 8))
-    })
+    });
+    ((id, t), handle)
 }
 
 fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
@@ -719,28 +733,28 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
         offset: Mutex::new(OffsetPeer::new(ARENA_FRAMES)),
         rlsf: Mutex::new(RlsfPeer::new(ARENA_BYTES, true)),
     };
-    let mut variants: Vec<Variant<'_>> = Vec::new();
+    let mut variants = Variants::new();
+    let mut ids = Vec::new();
     for &t in &THREADS {
-        variants.push(shared_variant(Id::Limit, &sh.floor, t, dur));
-        variants.push(shared_variant(Id::Zonealloc, &sh.za, t, dur));
-        variants.push(shared_variant(Id::BsaFrame, &sh.bsa_frame, t, dur));
-        variants.push(shared_variant(Id::BsaHeap, &sh.bsa_heap, t, dur));
-        variants.push(shared_variant(Id::FaDepot, &sh.fa_depot, t, dur));
-        variants.push(shared_variant(Id::FaSummary, &sh.fa_summary, t, dur));
-        variants.push(shared_variant(Id::Offset, &sh.offset, t, dur));
-        variants.push(shared_variant(Id::Rlsf, &sh.rlsf, t, dur));
-        variants.push(shared_variant(Id::MiMalloc, &MiMalloc, t, dur));
-        variants.push(shared_variant(Id::JeMalloc, &JeMalloc, t, dur));
-        variants.push(shared_variant(Id::Mmap, &Mmap, t, dur));
+        let v = &mut variants;
+        ids.extend([
+            shared_variant(v, Id::Limit, &sh.floor, t, dur),
+            shared_variant(v, Id::Zonealloc, &sh.za, t, dur),
+            shared_variant(v, Id::BsaFrame, &sh.bsa_frame, t, dur),
+            shared_variant(v, Id::BsaHeap, &sh.bsa_heap, t, dur),
+            shared_variant(v, Id::FaDepot, &sh.fa_depot, t, dur),
+            shared_variant(v, Id::FaSummary, &sh.fa_summary, t, dur),
+            shared_variant(v, Id::Offset, &sh.offset, t, dur),
+            shared_variant(v, Id::Rlsf, &sh.rlsf, t, dur),
+            shared_variant(v, Id::MiMalloc, &MiMalloc, t, dur),
+            shared_variant(v, Id::JeMalloc, &JeMalloc, t, dur),
+            shared_variant(v, Id::Mmap, &Mmap, t, dur),
+        ]);
     }
+    let ids: Handles<(Id, usize)> = ids.into_iter().collect();
     let s = ctx.compare("1/2/4-thread throughput", &mut variants);
     drop(variants);
-    let find = |id: Id, t: usize| -> &Samples {
-        let n = format!("{} {t}t", id.threaded_name());
-        s.iter()
-            .find(|x| x.variant == n)
-            .expect("every variant ran")
-    };
+    let find = |id: Id, t: usize| ids.get((id, t)).of(&s);
     let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
     for &t in &THREADS {
         let rows: Vec<(&str, &Samples)> = Id::ALL

@@ -42,8 +42,10 @@
 // Unsafe only to call `Peer::free_on` with blocks this module allocated, each once.
 #![allow(unsafe_code)]
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -57,7 +59,7 @@ use super::peer_allocators::{
 };
 use super::peers::single_table;
 use super::{Experiment, ExperimentResult};
-use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant};
+use crate::harness::{secs_since, Ctx, Metric, Samples, Table, VariantId, Variants};
 
 /// The experiment.
 pub struct Replay;
@@ -365,22 +367,57 @@ fn pcp_totals<B: zonealloc::Backend>(za: &ZoneAllocator<B>) -> PcpTotals {
 }
 
 /// Replays into a fresh zonealloc built from `config` each run; keeps the per-CPU
-/// list totals of every run.
+/// list totals of every run. Each run returns ns per call and failed allocations.
 fn zonealloc_runner<'a>(
     config: Config,
     prep: &'a Prepared,
-    pcp: &'a std::cell::RefCell<Vec<PcpTotals>>,
-    failures: &'a std::cell::RefCell<Vec<(String, u64)>>,
-    name: &'static str,
-) -> impl FnMut() -> f64 + 'a {
+    pcp: &'a RefCell<Vec<PcpTotals>>,
+) -> impl FnMut() -> (f64, u64) + 'a {
     move || {
         let za = ZoneAllocator::new(config.clone()).expect("the trace's layout is valid");
         let r = replay(&mut za.view(), &prep.ops, prep.slots);
         // Counted before anything else touches the lists; the allocator is then
         // dropped with the blocks it still holds for the trace.
         pcp.borrow_mut().push(pcp_totals(&za));
-        failures.borrow_mut().push((name.to_owned(), r.failed));
-        r.ns
+        (r.ns, r.failed)
+    }
+}
+
+/// Allocations each replay variant failed, summed over all its rounds.
+#[derive(Default)]
+struct Failures(Vec<(VariantId, Rc<Cell<u64>>)>);
+
+impl Failures {
+    /// Adds the variant `name` to `variants`: its runs return ns per call (the
+    /// sample) and failed allocations (summed here).
+    fn add<'a>(
+        &mut self,
+        variants: &mut Variants<'a>,
+        name: &str,
+        mut run: impl FnMut() -> (f64, u64) + 'a,
+    ) -> VariantId {
+        let failed = Rc::new(Cell::new(0));
+        let tally = Rc::clone(&failed);
+        let id = variants.add(name, move || {
+            let (ns, n) = run();
+            tally.set(tally.get() + n);
+            ns
+        });
+        self.0.push((id, failed));
+        id
+    }
+
+    /// A note per variant that failed allocations, in the order they were added.
+    fn notes(&self, res: &mut ExperimentResult, s: &[Samples]) {
+        for (id, failed) in &self.0 {
+            if failed.get() > 0 {
+                res.notes.push(format!(
+                    "{}: {} allocations failed over all rounds (their frees skipped)",
+                    id.of(s).variant,
+                    failed.get()
+                ));
+            }
+        }
     }
 }
 
@@ -401,10 +438,9 @@ fn measure(ctx: &mut Ctx, res: &mut ExperimentResult, records: &[Record], prep: 
         ),
     );
     ctx.status("building the arenas");
-    let pcp = std::cell::RefCell::new(Vec::new());
-    let pcp_one = std::cell::RefCell::new(Vec::new());
-    let failures = std::cell::RefCell::new(Vec::new());
-    let record = |name: &str, failed: u64| failures.borrow_mut().push((name.to_owned(), failed));
+    let pcp = RefCell::new(Vec::new());
+    let pcp_one = RefCell::new(Vec::new());
+    let mut failures = Failures::default();
 
     let mut floor = VecFloor::new(managed);
     // Arenas mapped once, untouched until used (MAP_NORESERVE: 5 GiB each would not
@@ -416,73 +452,37 @@ fn measure(ctx: &mut Ctx, res: &mut ExperimentResult, records: &[Record], prep: 
     let ops = &prep.ops;
     let slots = prep.slots;
 
-    let mut variants = vec![
-        Variant::new("limit (Vec)", || {
-            let r = replay(&mut floor, ops, slots);
-            free_held(&mut floor, r.held);
-            record("limit (Vec)", r.failed);
-            r.ns
-        }),
-        Variant::new(
-            "zonealloc",
-            zonealloc_runner(trace_config.clone(), prep, &pcp, &failures, "zonealloc"),
-        ),
-        Variant::new(
-            "zonealloc 1 zone",
-            zonealloc_runner(one_zone, prep, &pcp_one, &failures, "zonealloc 1 zone"),
-        ),
-        Variant::new("bsa Frame (spin)", || {
-            let f = bsa_locked_frame_allocator(managed);
-            let r = replay(&mut f.view(), ops, slots);
-            record("bsa Frame (spin)", r.failed);
-            r.ns
-        }),
-        Variant::new("fa Depot", || {
-            let d = FrameAllocPeer::<FaDepot>::depot_in(depot_map.take().expect("arena"));
-            let r = replay(&mut d.view(), ops, slots);
-            depot_map = Some(d.into_mapping());
-            record("fa Depot", r.failed);
-            r.ns
-        }),
-        Variant::new("rlsf (Mutex)", || {
-            let r = Mutex::new(RlsfPeer::new_in(rlsf_map.take().expect("arena")));
-            let x = replay(&mut r.view(), ops, slots);
-            rlsf_map = Some(r.into_inner().expect("not poisoned").into_mapping());
-            record("rlsf (Mutex)", x.failed);
-            x.ns
-        }),
-        Variant::new("mimalloc", || {
-            let r = replay(&mut MiMalloc, ops, slots);
-            free_held(&mut MiMalloc, r.held);
-            record("mimalloc", r.failed);
-            r.ns
-        }),
-        Variant::new("jemalloc", || {
-            let r = replay(&mut JeMalloc, ops, slots);
-            free_held(&mut JeMalloc, r.held);
-            record("jemalloc", r.failed);
-            r.ns
-        }),
-        Variant::new("mmap", || {
-            let r = replay(&mut Mmap, ops, slots);
-            free_held(&mut Mmap, r.held);
-            record("mmap", r.failed);
-            r.ns
-        }),
-    ];
+    let mut variants = Variants::new();
+    let v = &mut variants;
+    failures.add(v, "limit (Vec)", || {
+        let r = replay(&mut floor, ops, slots);
+        free_held(&mut floor, r.held);
+        (r.ns, r.failed)
+    });
+    let zonealloc = failures.add(
+        v,
+        "zonealloc",
+        zonealloc_runner(trace_config.clone(), prep, &pcp),
+    );
+    failures.add(
+        v,
+        "zonealloc 1 zone",
+        zonealloc_runner(one_zone, prep, &pcp_one),
+    );
+    failures.add(v, "bsa Frame (spin)", || {
+        let f = bsa_locked_frame_allocator(managed);
+        let r = replay(&mut f.view(), ops, slots);
+        (r.ns, r.failed)
+    });
     // bsa's Heap frees in O(free blocks) (bsa#11): a few seconds per replay here, so
     // it runs at full scale only.
     if !ctx.quick {
-        variants.insert(
-            4,
-            Variant::new("bsa Heap (spin)", || {
-                let h = BsaLockedHeapPeer::new_in(heap_map.take().expect("arena"));
-                let r = replay(&mut h.view(), ops, slots);
-                heap_map = Some(h.into_mapping());
-                record("bsa Heap (spin)", r.failed);
-                r.ns
-            }),
-        );
+        failures.add(v, "bsa Heap (spin)", || {
+            let h = BsaLockedHeapPeer::new_in(heap_map.take().expect("arena"));
+            let r = replay(&mut h.view(), ops, slots);
+            heap_map = Some(h.into_mapping());
+            (r.ns, r.failed)
+        });
     } else {
         res.notes.push(
             "bsa Heap (spin) is left out in quick mode: its free walks the free list of the \
@@ -490,6 +490,33 @@ fn measure(ctx: &mut Ctx, res: &mut ExperimentResult, records: &[Record], prep: 
                 .into(),
         );
     }
+    failures.add(v, "fa Depot", || {
+        let d = FrameAllocPeer::<FaDepot>::depot_in(depot_map.take().expect("arena"));
+        let r = replay(&mut d.view(), ops, slots);
+        depot_map = Some(d.into_mapping());
+        (r.ns, r.failed)
+    });
+    failures.add(v, "rlsf (Mutex)", || {
+        let r = Mutex::new(RlsfPeer::new_in(rlsf_map.take().expect("arena")));
+        let x = replay(&mut r.view(), ops, slots);
+        rlsf_map = Some(r.into_inner().expect("not poisoned").into_mapping());
+        (x.ns, x.failed)
+    });
+    failures.add(v, "mimalloc", || {
+        let r = replay(&mut MiMalloc, ops, slots);
+        free_held(&mut MiMalloc, r.held);
+        (r.ns, r.failed)
+    });
+    failures.add(v, "jemalloc", || {
+        let r = replay(&mut JeMalloc, ops, slots);
+        free_held(&mut JeMalloc, r.held);
+        (r.ns, r.failed)
+    });
+    failures.add(v, "mmap", || {
+        let r = replay(&mut Mmap, ops, slots);
+        free_held(&mut Mmap, r.held);
+        (r.ns, r.failed)
+    });
     let s = ctx.compare("replay", &mut variants);
     drop(variants);
     let rows: Vec<(&str, &Samples)> = s.iter().map(|x| (x.variant.as_str(), x)).collect();
@@ -504,28 +531,14 @@ fn measure(ctx: &mut Ctx, res: &mut ExperimentResult, records: &[Record], prep: 
         Metric::lower("ns per replayed alloc or free call", "ns"),
         &rows,
     ));
-    let zmed = s
-        .iter()
-        .find(|x| x.variant == "zonealloc")
-        .map_or(f64::NAN, Samples::median);
+    let zmed = zonealloc.of(&s).median();
     res.notes.push(format!(
         "zonealloc: {zmed:.1} ns per call is {:.1} ns per trace event ({} events, {} calls)",
         zmed * prep.ops.len() as f64 / prep.events as f64,
         prep.events,
         prep.ops.len()
     ));
-    let mut total: Vec<(String, u64)> = Vec::new();
-    for (n, f) in failures.borrow().iter() {
-        match total.iter_mut().find(|x| &x.0 == n) {
-            Some(x) => x.1 += f,
-            None => total.push((n.clone(), *f)),
-        }
-    }
-    for (n, f) in total.into_iter().filter(|x| x.1 > 0) {
-        res.notes.push(format!(
-            "{n}: {f} allocations failed over all rounds (their frees skipped)"
-        ));
-    }
+    failures.notes(res, &s);
 
     pcp_figures(res, prep, &pcp.borrow(), &pcp_one.borrow());
     cross_check(ctx, res, records, trace_config);
