@@ -43,7 +43,7 @@ use std::cell::Cell;
 use zonealloc::{Arena, ArenaOptions, Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 
 use super::seed_util::{
-    bytes_text, llc_bytes, plural, round_speedups, rss_bytes, significance_text, Rng,
+    bytes_text, llc_bytes, pinning_text, plural, round_speedups, rss_bytes, significance_text, Rng,
 };
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::affinity;
@@ -83,11 +83,9 @@ impl Experiment for PageFault1 {
         let cpus = affinity::allowed_cpus();
         res.param(
             "threads pinned",
-            if cpus.is_empty() {
-                "no (affinity unknown)".to_owned()
-            } else {
-                format!("thread i on CPU i mod {} of {cpus:?}", cpus.len())
-            },
+            pinning_text(&cpus, |c| {
+                format!("thread i on CPU i mod {} of {c:?}", c.len())
+            }),
         );
         ctx.status("churning four zones");
         let zas = churned_allocators(sizes.zone_pages);

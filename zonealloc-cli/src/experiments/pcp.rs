@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 
-use super::seed_util::{plural, Rng};
+use super::seed_util::{pinning_text, plural, Rng};
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::affinity;
 use crate::harness::{
@@ -386,11 +386,7 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let cpus = affinity::allowed_cpus();
     res.param(
         "flush: threads pinned to CPUs",
-        if cpus.is_empty() {
-            "no (affinity unknown)".to_owned()
-        } else {
-            format!("{cpus:?}, thread i on the i-th")
-        },
+        pinning_text(&cpus, |c| format!("{c:?}, thread i on the i-th")),
     );
     let cpus = &cpus;
     for fragmented in [false, true] {

@@ -466,6 +466,43 @@ fn peer_table(id: &str, title: &str, metric: Metric, s: &[Samples]) -> Table {
     Table::new(id, title, metric, &rows)
 }
 
+/// One single-threaded comparison of every peer: its table, and its target on
+/// zonealloc's median.
+struct Comparison<'s> {
+    /// What the progress line says.
+    what: &'s str,
+    /// Table id.
+    id: &'s str,
+    /// Table title.
+    title: &'s str,
+    /// What the samples measure.
+    metric: Metric,
+    /// What the target checks.
+    target: &'s str,
+    /// zonealloc's median at most this, ns.
+    bound_ns: f64,
+}
+
+/// Runs `w` on every peer of `singles`, interleaved, and records the comparison `c`.
+fn compare_peers<W: Workload>(
+    ctx: &mut Ctx,
+    res: &mut ExperimentResult,
+    singles: &mut Singles,
+    w: &W,
+    c: Comparison<'_>,
+) {
+    let (mut variants, za) = singles.variants(w);
+    let s = ctx.compare(c.what, &mut variants);
+    drop(variants);
+    res.targets.push(Target::at_most(
+        c.target,
+        za.of(&s).median(),
+        c.bound_ns,
+        "ns",
+    ));
+    res.tables.push(peer_table(c.id, c.title, c.metric, &s));
+}
+
 fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let hot_n: u64 = ctx.scale(400_000, 2_000_000);
     let mixed_ops: u64 = ctx.scale(300_000, 1_000_000);
@@ -482,40 +519,38 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let mut singles = Singles::new();
 
     let hot = HotPair { n: hot_n };
-    let (mut variants, za) = singles.variants(&hot);
-    let s = ctx.compare("hot order-0 pair", &mut variants);
-    drop(variants);
-    res.targets.push(Target::at_most(
-        "zonealloc: hot order-0 alloc+free pair (median)",
-        za.of(&s).median(),
-        HOT_TARGET_NS,
-        "ns",
-    ));
-    res.tables.push(peer_table(
-        "hot-pair",
-        "hot pair: ns per order-0 alloc+free pair, 1 thread, 256 MiB arena",
-        Metric::lower("ns per order-0 alloc+free pair", "ns"),
-        &s,
-    ));
+    compare_peers(
+        ctx,
+        res,
+        &mut singles,
+        &hot,
+        Comparison {
+            what: "hot order-0 pair",
+            id: "hot-pair",
+            title: "hot pair: ns per order-0 alloc+free pair, 1 thread, 256 MiB arena",
+            metric: Metric::lower("ns per order-0 alloc+free pair", "ns"),
+            target: "zonealloc: hot order-0 alloc+free pair (median)",
+            bound_ns: HOT_TARGET_NS,
+        },
+    );
 
     let fill = FillDrain {
         filled: RefCell::new(Vec::new()),
     };
-    let (mut variants, za) = singles.variants(&fill);
-    let s = ctx.compare("fill/drain", &mut variants);
-    drop(variants);
-    res.targets.push(Target::at_most(
-        "zonealloc: fill the arena at order 0, free shuffled, per call (median)",
-        za.of(&s).median(),
-        FILL_TARGET_NS,
-        "ns",
-    ));
-    res.tables.push(peer_table(
-        "fill-drain",
-        "fill/drain: ns per call, fill 256 MiB at order 0 then free in shuffled order",
-        Metric::lower("ns per alloc or free call", "ns"),
-        &s,
-    ));
+    compare_peers(
+        ctx,
+        res,
+        &mut singles,
+        &fill,
+        Comparison {
+            what: "fill/drain",
+            id: "fill-drain",
+            title: "fill/drain: ns per call, fill 256 MiB at order 0 then free in shuffled order",
+            metric: Metric::lower("ns per alloc or free call", "ns"),
+            target: "zonealloc: fill the arena at order 0, free shuffled, per call (median)",
+            bound_ns: FILL_TARGET_NS,
+        },
+    );
     let mut seen = Vec::new();
     for &(id, got, want) in fill.filled.borrow().iter() {
         if got < want && !seen.contains(&id) {
@@ -545,21 +580,20 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
         ops: mixed_ops,
         failures: RefCell::new(Vec::new()),
     };
-    let (mut variants, za) = singles.variants(&mixed);
-    let s = ctx.compare("mixed orders", &mut variants);
-    drop(variants);
-    res.targets.push(Target::at_most(
-        "zonealloc: mixed orders 0..9, live set <= 2048, per call (median)",
-        za.of(&s).median(),
-        MIXED_TARGET_NS,
-        "ns",
-    ));
-    res.tables.push(peer_table(
-        "mixed",
-        "mixed orders 0..=9 (geometric), at most 2048 live blocks: ns per alloc or free call",
-        Metric::lower("ns per alloc or free call", "ns"),
-        &s,
-    ));
+    compare_peers(
+        ctx,
+        res,
+        &mut singles,
+        &mixed,
+        Comparison {
+            what: "mixed orders",
+            id: "mixed",
+            title: "mixed orders 0..=9 (geometric), at most 2048 live blocks: ns per alloc or free call",
+            metric: Metric::lower("ns per alloc or free call", "ns"),
+            target: "zonealloc: mixed orders 0..9, live set <= 2048, per call (median)",
+            bound_ns: MIXED_TARGET_NS,
+        },
+    );
     let mut total: Vec<(Id, u64)> = Vec::new();
     for &(id, f) in mixed.failures.borrow().iter() {
         match total.iter_mut().find(|x| x.0 == id) {

@@ -148,6 +148,16 @@ pub fn on_cpu<T: Send>(cpu: Option<usize>, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// How a run's threads are pinned to `cpus` (this process's CPUs), for a parameter:
+/// `describe(cpus)`, or that they are not pinned when the kernel would not say.
+pub fn pinning_text(cpus: &[usize], describe: impl FnOnce(&[usize]) -> String) -> String {
+    if cpus.is_empty() {
+        "no (affinity unknown)".to_owned()
+    } else {
+        describe(cpus)
+    }
+}
+
 /// The first CPU this process may use (`None` if the kernel would not say).
 pub fn first_cpu() -> Option<usize> {
     affinity::allowed_cpus().first().copied()
