@@ -31,10 +31,14 @@
 //! two sets of runs must be almost completely separated (exact p = 0.008 at U = 0,
 //! 0.016 at U = 1, 0.032 at U = 2).
 
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 use serde::Serialize;
+
+use crate::affinity;
 
 /// Significance level of the Mann–Whitney test.
 pub const ALPHA: f64 = 0.05;
@@ -54,6 +58,75 @@ impl<'a> Variant<'a> {
             name: name.into(),
             run: Box::new(run),
         }
+    }
+}
+
+/// A variant's handle, returned when it is added to `Variants`: it picks that
+/// variant's samples out of the comparison's results by position, so renaming a
+/// label cannot break a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VariantId(usize);
+
+impl VariantId {
+    /// This variant's samples among `results`, what `Ctx::compare` returned for the
+    /// `Variants` that issued the handle.
+    pub fn of(self, results: &[Samples]) -> &Samples {
+        &results[self.0]
+    }
+}
+
+/// Handles by a typed key (a setting, a thread count, a peer), for comparisons whose
+/// variants are added in loops.
+pub struct Handles<K>(Vec<(K, VariantId)>);
+
+impl<K: PartialEq + std::fmt::Debug> Handles<K> {
+    /// The handle of the variant added for `key`.
+    ///
+    /// # Panics
+    /// If no variant was added for `key`: a bug of the experiment.
+    pub fn get(&self, key: K) -> VariantId {
+        match self.0.iter().find(|(k, _)| *k == key) {
+            Some(&(_, id)) => id,
+            None => panic!("no variant was added for {key:?}"),
+        }
+    }
+}
+
+impl<K> FromIterator<(K, VariantId)> for Handles<K> {
+    fn from_iter<I: IntoIterator<Item = (K, VariantId)>>(it: I) -> Handles<K> {
+        Handles(it.into_iter().collect())
+    }
+}
+
+/// The variants of one comparison, each added for a `VariantId`. Passed to
+/// `Ctx::compare` as a slice.
+#[derive(Default)]
+pub struct Variants<'a>(Vec<Variant<'a>>);
+
+impl<'a> Variants<'a> {
+    /// No variants yet.
+    pub fn new() -> Variants<'a> {
+        Variants(Vec::new())
+    }
+
+    /// Adds the variant named `name` whose runs are `run()`; returns its handle.
+    pub fn add(&mut self, name: impl Into<String>, run: impl FnMut() -> f64 + 'a) -> VariantId {
+        self.0.push(Variant::new(name, run));
+        VariantId(self.0.len() - 1)
+    }
+}
+
+impl<'a> std::ops::Deref for Variants<'a> {
+    type Target = [Variant<'a>];
+
+    fn deref(&self) -> &[Variant<'a>] {
+        &self.0
+    }
+}
+
+impl<'a> std::ops::DerefMut for Variants<'a> {
+    fn deref_mut(&mut self) -> &mut [Variant<'a>] {
+        &mut self.0
     }
 }
 
@@ -209,6 +282,90 @@ impl Ctx {
 /// Seconds since `t` as f64.
 pub fn secs_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64()
+}
+
+/// A multi-threaded timed run: worker threads released together by a barrier, each
+/// timing its own loop.
+///
+/// Each worker is pinned (when `pin_to` names CPUs), prepares its untimed state,
+/// waits at the barrier, then reads the clock, runs its loop and reads the clock
+/// again. The run lasts from the first worker's start to the last worker's end: the
+/// clock is never read by the main thread, which may wait for a CPU after the
+/// barrier and would start it late.
+pub struct Workers<'c> {
+    threads: usize,
+    /// Thread `i` runs on `pin_to[i % len]`; empty: not pinned.
+    pin_to: &'c [usize],
+    /// `Some(d)`: the main thread raises the stop flag `d` after the release;
+    /// `None`: each worker's loop ends by itself.
+    stop_after: Option<Duration>,
+}
+
+impl Workers<'static> {
+    /// `threads` unpinned workers whose loops run until told to stop, `dur` after the
+    /// release.
+    pub fn for_duration(threads: usize, dur: Duration) -> Workers<'static> {
+        Workers {
+            threads,
+            pin_to: &[],
+            stop_after: Some(dur),
+        }
+    }
+}
+
+impl<'c> Workers<'c> {
+    /// `threads` workers running loops of fixed length, thread `i` pinned to
+    /// `cpus[i % cpus.len()]` (not pinned when `cpus` is empty).
+    pub fn pinned(threads: usize, cpus: &'c [usize]) -> Workers<'c> {
+        Workers {
+            threads,
+            pin_to: cpus,
+            stop_after: None,
+        }
+    }
+
+    /// Runs the workers: thread `i` builds its state with `prepare(i)` (untimed), then
+    /// its timed loop `work(i, &mut state, stop)` returns what it counted (calls,
+    /// pages). Returns millions counted per second, all threads.
+    pub fn throughput<S>(
+        &self,
+        prepare: impl Fn(usize) -> S + Sync,
+        work: impl Fn(usize, &mut S, &AtomicBool) -> u64 + Sync,
+    ) -> f64 {
+        let stop = AtomicBool::new(false);
+        let start = Barrier::new(self.threads + 1);
+        let runs: Vec<(u64, Instant, Instant)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..self.threads)
+                .map(|i| {
+                    let (stop, start, prepare, work) = (&stop, &start, &prepare, &work);
+                    let cpu = (!self.pin_to.is_empty()).then(|| self.pin_to[i % self.pin_to.len()]);
+                    s.spawn(move || {
+                        if let Some(cpu) = cpu {
+                            affinity::pin_current_thread(cpu);
+                        }
+                        let mut state = prepare(i);
+                        start.wait();
+                        let t0 = Instant::now();
+                        let n = work(i, &mut state, stop);
+                        (n, t0, Instant::now())
+                    })
+                })
+                .collect();
+            start.wait();
+            if let Some(dur) = self.stop_after {
+                std::thread::sleep(dur);
+                stop.store(true, Ordering::Relaxed);
+            }
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("worker thread"))
+                .collect()
+        });
+        let first = runs.iter().map(|r| r.1).min().expect("at least one thread");
+        let last = runs.iter().map(|r| r.2).max().expect("at least one thread");
+        let counted: u64 = runs.iter().map(|r| r.0).sum();
+        counted as f64 / (last - first).as_secs_f64() / 1e6
+    }
 }
 
 /// One row of a comparison table.
@@ -460,6 +617,46 @@ mod tests {
         assert_eq!(s[1].median(), 2.0);
         let o: String = order.borrow().iter().collect();
         assert!(o.starts_with("abbaab"));
+    }
+
+    #[test]
+    fn workers_run_each_thread_once_and_stop_when_told() {
+        let runs = std::sync::atomic::AtomicUsize::new(0);
+        let rate = Workers::pinned(3, &[]).throughput(
+            |i| i,
+            |i, state, _| {
+                assert_eq!(*state, i);
+                runs.fetch_add(1, Ordering::Relaxed);
+                1000
+            },
+        );
+        assert_eq!(runs.load(Ordering::Relaxed), 3);
+        assert!(rate > 0.0 && rate.is_finite());
+        let rate = Workers::for_duration(2, Duration::from_millis(10)).throughput(
+            |_| (),
+            |_, _, stop| {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    std::hint::spin_loop();
+                }
+                n
+            },
+        );
+        assert!(rate > 0.0 && rate.is_finite());
+    }
+
+    #[test]
+    fn handles_pick_their_variants_samples_whatever_the_names() {
+        let mut ctx = Ctx::new(true, ProgressBar::hidden());
+        let mut vs = Variants::new();
+        let a = vs.add("same label", || 1.0);
+        let b = vs.add("same label", || 2.0);
+        let keyed: Handles<u8> = [(7, b), (3, a)].into_iter().collect();
+        let s = ctx.compare("t", &mut vs);
+        assert_eq!(a.of(&s).median(), 1.0);
+        assert_eq!(keyed.get(7).of(&s).median(), 2.0);
+        assert_eq!(keyed.get(3), a);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! * `reader` / `parse`: `perf script` and ftrace `trace_pipe` text of the six
 //!   page-allocator tracepoints, plain or xz, streamed a line at a time.
 //! * `layout`: the traced machine's zones from its `/proc/zoneinfo`.
+//! * `action`: what each event asks of a replay (shared with `zonealloc bench`).
 //! * `replay`: every event on the CPU the trace names; counts, ns per event,
 //!   per-CPU refills and drains next to the kernel's, the fragmentation at the end.
 //! * `fragbench`: a stress-highalloc analogue: fragment a zone, free the movable
@@ -29,6 +30,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod action;
 pub mod cli;
 pub mod event;
 pub mod fragbench;
@@ -40,6 +42,7 @@ pub mod reader;
 pub mod replay;
 pub mod rng;
 
+pub use action::Action;
 pub use event::{Event, EventKind, Record};
 pub use layout::{HoleModel, ZoneLayout, ZoneSpec};
 pub use reader::{ParseStats, ReadOptions, TraceError, TraceReader};

@@ -45,11 +45,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use zonealloc::{
-    unusable_free_index, Config, ConfigError, Migratetype, Order, Pfn, ZoneAllocator, MIGRATE_TYPES,
+    unusable_free_index, Config, ConfigError, Gfp, Migratetype, Order, Pfn, ZoneAllocator,
+    MIGRATE_TYPES,
 };
 
-use crate::event::{Event, EventCounts, EventKind, Record};
-use crate::gfp_names::effective_gfp;
+use crate::action::Action;
+use crate::event::{EventCounts, EventKind, Record};
 use crate::layout::{HoleModel, ZoneLayout};
 use crate::reader::{ParseStats, ReadOptions, TraceError, TraceReader};
 
@@ -329,60 +330,57 @@ impl Replayer {
     pub fn apply(&mut self, r: &Record) {
         self.events.add(r.event.kind());
         let cpu = r.cpu as usize;
-        match r.event {
-            Event::Alloc {
+        let live = &self.live;
+        let action = Action::of(&r.event, self.za.config().max_order.0, |p| {
+            live.get(&p).map(|l| l.order)
+        });
+        match action {
+            Action::KernelFailedAlloc => self.counts.kernel_failed_allocs += 1,
+            Action::Alloc {
                 pfn,
                 order,
                 gfp,
-                migratetype,
+                implicit_free,
             } => {
-                let Some(pfn) = pfn else {
-                    self.counts.kernel_failed_allocs += 1;
-                    return;
-                };
-                if let Some(old) = self.live.remove(&pfn) {
-                    self.counts.implicit_frees += 1;
-                    self.free_block(cpu, old);
+                if implicit_free {
+                    if let Some(old) = self.live.remove(&pfn) {
+                        self.counts.implicit_frees += 1;
+                        self.free_block(cpu, old);
+                    }
                 }
-                let gfp = effective_gfp(gfp, migratetype);
-                self.counts.allocs += 1;
-                self.counts.allocator_calls += 1;
-                match self.za.alloc_pages_on(cpu, gfp, Order(order)) {
-                    Ok(z) => {
-                        self.failed.remove(&pfn);
-                        self.live.insert(
-                            pfn,
-                            Live {
-                                zpfn: z.0,
-                                order,
-                                mt: gfp.migratetype(),
-                            },
-                        );
-                    }
-                    Err(_) => {
-                        self.counts.alloc_failures += 1;
-                        if let Some(c) = self.counts.alloc_failures_by_order.get_mut(order as usize)
-                        {
-                            *c += 1;
-                        }
-                        self.failed.insert(pfn);
-                    }
+                self.alloc(cpu, pfn, order, gfp);
+            }
+            Action::Free { pfn, .. } => {
+                if let Some(l) = self.live.remove(&pfn) {
+                    self.counts.frees += 1;
+                    self.free_block(cpu, l);
                 }
             }
-            Event::Free { pfn, order } => self.free(cpu, pfn, order),
-            Event::FreeBatched { .. } => self.counts.free_batched += 1,
-            Event::AllocZoneLocked { percpu_refill, .. } => {
+            Action::OrderMismatch => self.counts.free_order_mismatch += 1,
+            Action::PartialFree { head, pfn, order } => {
+                if let Some(&l) = self.live.get(&head) {
+                    self.split_and_free(cpu, head, l, pfn, order);
+                }
+            }
+            Action::Unheld { pfn } => {
+                if self.failed.remove(&pfn) {
+                    self.counts.frees_of_failed_allocs += 1;
+                } else {
+                    self.counts.frees_pretrace += 1;
+                }
+            }
+            Action::FreeBatched => self.counts.free_batched += 1,
+            Action::KernelZoneLocked { percpu_refill } => {
                 if percpu_refill {
                     self.kernel.refill_blocks += 1;
                 } else {
                     self.kernel.zone_locked_other += 1;
                 }
             }
-            Event::PcpuDrain { .. } => self.kernel.drain_blocks += 1,
-            Event::AllocExtfrag {
+            Action::KernelDrain => self.kernel.drain_blocks += 1,
+            Action::KernelFallback {
                 fallback_order,
                 change_ownership,
-                ..
             } => {
                 self.kernel.extfrag += 1;
                 if u32::from(fallback_order) < u32::from(self.za.config().pageblock_order.0) {
@@ -395,6 +393,33 @@ impl Replayer {
         }
     }
 
+    /// `alloc_pages_on` for the trace frame `pfn`: the block is held for it, or the
+    /// failure is counted and its later free skipped.
+    fn alloc(&mut self, cpu: usize, pfn: u64, order: u8, gfp: Gfp) {
+        self.counts.allocs += 1;
+        self.counts.allocator_calls += 1;
+        match self.za.alloc_pages_on(cpu, gfp, Order(order)) {
+            Ok(z) => {
+                self.failed.remove(&pfn);
+                self.live.insert(
+                    pfn,
+                    Live {
+                        zpfn: z.0,
+                        order,
+                        mt: gfp.migratetype(),
+                    },
+                );
+            }
+            Err(_) => {
+                self.counts.alloc_failures += 1;
+                if let Some(c) = self.counts.alloc_failures_by_order.get_mut(order as usize) {
+                    *c += 1;
+                }
+                self.failed.insert(pfn);
+            }
+        }
+    }
+
     fn free_block(&mut self, cpu: usize, l: Live) {
         self.counts.allocator_calls += 1;
         if self
@@ -403,39 +428,6 @@ impl Replayer {
             .is_err()
         {
             self.counts.free_errors += 1;
-        }
-    }
-
-    fn free(&mut self, cpu: usize, pfn: u64, order: u8) {
-        match self.live.get(&pfn) {
-            Some(l) if l.order == order => {
-                let l = *l;
-                self.live.remove(&pfn);
-                self.counts.frees += 1;
-                self.free_block(cpu, l);
-                return;
-            }
-            Some(l) if l.order < order => {
-                self.counts.free_order_mismatch += 1;
-                return;
-            }
-            _ => {}
-        }
-        // Part of a larger mapped block? Look for its head.
-        let max = self.za.config().max_order.0;
-        for o in (order + 1)..=max {
-            let head = pfn & !((1u64 << o) - 1);
-            if let Some(&l) = self.live.get(&head) {
-                if l.order >= o {
-                    self.split_and_free(cpu, head, l, pfn, order);
-                    return;
-                }
-            }
-        }
-        if self.failed.remove(&pfn) {
-            self.counts.frees_of_failed_allocs += 1;
-        } else {
-            self.counts.frees_pretrace += 1;
         }
     }
 

@@ -29,14 +29,16 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 
+use super::seed_util::{pinning_text, plural, Rng};
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::affinity;
-use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant};
+use crate::harness::{
+    secs_since, Ctx, Handles, Metric, Samples, Table, Variant, Variants, Workers,
+};
 
 /// The experiment.
 pub struct Pcp;
@@ -151,22 +153,6 @@ fn hot_pair(ctx: &mut Ctx, res: &mut ExperimentResult) {
 // 2. Throughput with a small live window
 // -----------------------------------------------------------------------------
 
-/// xorshift64*: a small deterministic generator, one per thread.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 /// One thread's random alloc/free walk over a window of at most `WINDOW` pages,
 /// until `stop`. Returns the calls made (allocations + frees).
 fn window_walk(za: &ZoneAllocator, seed: u64, stop: &AtomicBool) -> u64 {
@@ -204,38 +190,6 @@ fn window_walk(za: &ZoneAllocator, seed: u64, stop: &AtomicBool) -> u64 {
     ops
 }
 
-/// Runs `work(thread index, stop)` on `threads` threads for `dur` (all released
-/// together, then told to stop) and returns the summed counts per second, millions.
-fn timed_threads(
-    threads: usize,
-    dur: Duration,
-    work: impl Fn(usize, &AtomicBool) -> u64 + Sync,
-) -> f64 {
-    let stop = AtomicBool::new(false);
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (stop, start, work) = (&stop, &start, &work);
-                s.spawn(move || {
-                    start.wait();
-                    work(t, stop)
-                })
-            })
-            .collect();
-        start.wait();
-        let t0 = Instant::now();
-        std::thread::sleep(dur);
-        stop.store(true, Ordering::Relaxed);
-        let elapsed = secs_since(t0);
-        let ops: u64 = handles
-            .into_iter()
-            .map(|h| h.join().expect("worker thread"))
-            .sum();
-        ops as f64 / elapsed / 1e6
-    })
-}
-
 /// A shared-nothing loop (a multiply-add chain in registers) until `stop`: how well
 /// this machine runs threads in parallel at the moment, with no allocator involved.
 fn spin_until(stop: &AtomicBool) -> u64 {
@@ -248,14 +202,6 @@ fn spin_until(stop: &AtomicBool) -> u64 {
         }
     }
     n
-}
-
-fn plural(t: usize) -> &'static str {
-    if t == 1 {
-        ""
-    } else {
-        "s"
-    }
 }
 
 fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
@@ -280,33 +226,31 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             plural(t)
         )
     };
-    let ceiling = |t: usize| format!("shared-nothing loop, {t} thread{}", plural(t));
-    let mut variants: Vec<Variant<'_>> = allocs
+    let mut variants = Variants::new();
+    let ids: Handles<(bool, usize)> = allocs
         .iter()
         .zip(0u64..)
-        .map(|((on, t, za), v)| {
-            let (t, mut round) = (*t, 0u64);
-            Variant::new(name(*on, t), move || {
+        .map(|(&(on, t, ref za), v)| {
+            let mut round = 0u64;
+            let id = variants.add(name(on, t), move || {
                 round += 1;
                 let seed = (v << 16) ^ round;
-                timed_threads(t, dur, |i, stop| {
-                    window_walk(za, seed ^ ((i as u64 + 1) << 32), stop)
-                })
-            })
+                Workers::for_duration(t, dur).throughput(
+                    |_| (),
+                    |i, _, stop| window_walk(za, seed ^ ((i as u64 + 1) << 32), stop),
+                )
+            });
+            ((on, t), id)
         })
         .collect();
-    for t in [1, 2] {
-        variants.push(Variant::new(ceiling(t), move || {
-            timed_threads(t, dur, |_, stop| spin_until(stop))
-        }));
-    }
+    let ceiling = [1, 2].map(|t| {
+        variants.add(
+            format!("shared-nothing loop, {t} thread{}", plural(t)),
+            move || Workers::for_duration(t, dur).throughput(|_| (), |_, _, stop| spin_until(stop)),
+        )
+    });
     let s = ctx.compare("1/2/4-thread throughput", &mut variants);
-    let find = |n: String| -> &Samples {
-        s.iter()
-            .find(|x| x.variant == n)
-            .expect("every variant ran")
-    };
-    let by = |on: bool, t: usize| find(name(on, t));
+    let by = |on: bool, t: usize| ids.get((on, t)).of(&s);
     let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
     for &t in &THREADS {
         res.tables.push(Table::new(
@@ -335,7 +279,7 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             &rows,
         ));
     }
-    let (c1, c2) = (find(ceiling(1)), find(ceiling(2)));
+    let (c1, c2) = (ceiling[0].of(&s), ceiling[1].of(&s));
     res.tables.push(Table::new(
         "machine-ceiling",
         "machine ceiling, same rounds: a shared-nothing register loop (no allocator), \
@@ -382,53 +326,23 @@ fn burst_throughput(
     cycles: usize,
     cpus: &[usize],
 ) -> f64 {
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let start = &start;
-                let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
-                s.spawn(move || {
-                    if let Some(cpu) = cpu {
-                        affinity::pin_current_thread(cpu);
-                    }
-                    let mut pages = Vec::with_capacity(burst);
-                    start.wait();
-                    // Timed inside the workers: a main thread that waits for a
-                    // CPU after the barrier would start its clock late.
-                    let t0 = Instant::now();
-                    for _ in 0..cycles {
-                        for _ in 0..burst {
-                            pages.push(
-                                za.alloc_pages(Gfp::KERNEL, Order(0))
-                                    .expect("the zone holds every burst"),
-                            );
-                        }
-                        for pfn in pages.drain(..) {
-                            za.free_pages(pfn, Order(0)).expect("freeing a burst page");
-                        }
-                    }
-                    (t0, Instant::now())
-                })
-            })
-            .collect();
-        start.wait();
-        let spans: Vec<(Instant, Instant)> = handles
-            .into_iter()
-            .map(|h| h.join().expect("worker thread"))
-            .collect();
-        let first = spans
-            .iter()
-            .map(|s| s.0)
-            .min()
-            .expect("at least one thread");
-        let last = spans
-            .iter()
-            .map(|s| s.1)
-            .max()
-            .expect("at least one thread");
-        (threads * cycles * burst * 2) as f64 / (last - first).as_secs_f64() / 1e6
-    })
+    Workers::pinned(threads, cpus).throughput(
+        |_| Vec::with_capacity(burst),
+        |_, pages, _| {
+            for _ in 0..cycles {
+                for _ in 0..burst {
+                    pages.push(
+                        za.alloc_pages(Gfp::KERNEL, Order(0))
+                            .expect("the zone holds every burst"),
+                    );
+                }
+                for pfn in pages.drain(..) {
+                    za.free_pages(pfn, Order(0)).expect("freeing a burst page");
+                }
+            }
+            (cycles * burst * 2) as u64
+        },
+    )
 }
 
 /// Leaves about a quarter of the zone allocated in scattered order-0 pages: allocates
@@ -472,11 +386,7 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let cpus = affinity::allowed_cpus();
     res.param(
         "flush: threads pinned to CPUs",
-        if cpus.is_empty() {
-            "no (affinity unknown)".to_owned()
-        } else {
-            format!("{cpus:?}, thread i on the i-th")
-        },
+        pinning_text(&cpus, |c| format!("{c:?}, thread i on the i-th")),
     );
     let cpus = &cpus;
     for fragmented in [false, true] {
@@ -533,13 +443,14 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
             )
         };
         let before: Vec<_> = allocs.iter().map(|a| flush_counts(&a.2)).collect();
-        let mut variants: Vec<Variant<'_>> = allocs
+        let mut variants = Variants::new();
+        let ids: Handles<(usize, bool)> = allocs
             .iter()
-            .map(|(t, prefetch, za, _)| {
-                let t = *t;
-                Variant::new(name(t, *prefetch), move || {
+            .map(|&(t, prefetch, ref za, _)| {
+                let id = variants.add(name(t, prefetch), move || {
                     burst_throughput(za, t, burst, cycles, cpus)
-                })
+                });
+                ((t, prefetch), id)
             })
             .collect();
         let s = ctx.compare(&format!("flush path, {state} zone"), &mut variants);
@@ -556,11 +467,7 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
             ));
         }
         for &t in &FLUSH_THREADS {
-            let off = s.iter().find(|x| x.variant == name(t, false));
-            let on = s.iter().find(|x| x.variant == name(t, true));
-            let (Some(off), Some(on)) = (off, on) else {
-                continue;
-            };
+            let (off, on) = (ids.get((t, false)).of(&s), ids.get((t, true)).of(&s));
             res.tables.push(Table::new(
                 &format!("flush-{state}-{t}t"),
                 &format!(

@@ -39,7 +39,7 @@
 use std::cell::RefCell;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use zonealloc::{Arena, ArenaOptions, Config, ZoneAllocator};
@@ -49,8 +49,11 @@ use super::peer_allocators::{
     BsaLockedHeapPeer, FaDepot, FaSummary, FrameAllocPeer, JeMalloc, MiArenaPeer, MiMalloc, Mmap,
     OffsetPeer, Peer, PerThreadFloor, RlsfPeer, SharedPeer, VecFloor, Za, PAGE,
 };
+use super::seed_util::Rng;
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
-use crate::harness::{secs_since, Ctx, Metric, Row, Samples, Table, Variant};
+use crate::harness::{
+    secs_since, Ctx, Handles, Metric, Row, Samples, Table, VariantId, Variants, Workers,
+};
 
 /// The experiment.
 pub struct Peers;
@@ -194,23 +197,6 @@ impl Experiment for Peers {
 // -----------------------------------------------------------------------------
 // Workloads
 // -----------------------------------------------------------------------------
-
-/// xorshift64*: a small deterministic generator.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-
-    #[inline]
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
 
 /// A workload one peer runs once per round; returns the round's sample.
 trait Workload {
@@ -459,12 +445,15 @@ impl Singles {
         ]
     }
 
-    /// The runners as harness variants.
-    fn variants<'a, W: Workload>(&'a mut self, w: &'a W) -> Vec<Variant<'a>> {
-        self.runners(w)
+    /// The runners as harness variants, with zonealloc's handle.
+    fn variants<'a, W: Workload>(&'a mut self, w: &'a W) -> (Variants<'a>, VariantId) {
+        let mut variants = Variants::new();
+        let ids: Handles<Id> = self
+            .runners(w)
             .into_iter()
-            .map(|(id, r)| Variant::new(id.name(), r))
-            .collect()
+            .map(|(id, r)| (id, variants.add(id.name(), r)))
+            .collect();
+        (variants, ids.get(Id::Zonealloc))
     }
 }
 
@@ -477,10 +466,41 @@ fn peer_table(id: &str, title: &str, metric: Metric, s: &[Samples]) -> Table {
     Table::new(id, title, metric, &rows)
 }
 
-fn zonealloc_median(s: &[Samples]) -> f64 {
-    s.iter()
-        .find(|x| x.variant == Id::Zonealloc.name())
-        .map_or(f64::NAN, Samples::median)
+/// One single-threaded comparison of every peer: its table, and its target on
+/// zonealloc's median.
+struct Comparison<'s> {
+    /// What the progress line says.
+    what: &'s str,
+    /// Table id.
+    id: &'s str,
+    /// Table title.
+    title: &'s str,
+    /// What the samples measure.
+    metric: Metric,
+    /// What the target checks.
+    target: &'s str,
+    /// zonealloc's median at most this, ns.
+    bound_ns: f64,
+}
+
+/// Runs `w` on every peer of `singles`, interleaved, and records the comparison `c`.
+fn compare_peers<W: Workload>(
+    ctx: &mut Ctx,
+    res: &mut ExperimentResult,
+    singles: &mut Singles,
+    w: &W,
+    c: Comparison<'_>,
+) {
+    let (mut variants, za) = singles.variants(w);
+    let s = ctx.compare(c.what, &mut variants);
+    drop(variants);
+    res.targets.push(Target::at_most(
+        c.target,
+        za.of(&s).median(),
+        c.bound_ns,
+        "ns",
+    ));
+    res.tables.push(peer_table(c.id, c.title, c.metric, &s));
 }
 
 fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
@@ -499,36 +519,38 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let mut singles = Singles::new();
 
     let hot = HotPair { n: hot_n };
-    let s = ctx.compare("hot order-0 pair", &mut singles.variants(&hot));
-    res.targets.push(Target::at_most(
-        "zonealloc: hot order-0 alloc+free pair (median)",
-        zonealloc_median(&s),
-        HOT_TARGET_NS,
-        "ns",
-    ));
-    res.tables.push(peer_table(
-        "hot-pair",
-        "hot pair: ns per order-0 alloc+free pair, 1 thread, 256 MiB arena",
-        Metric::lower("ns per order-0 alloc+free pair", "ns"),
-        &s,
-    ));
+    compare_peers(
+        ctx,
+        res,
+        &mut singles,
+        &hot,
+        Comparison {
+            what: "hot order-0 pair",
+            id: "hot-pair",
+            title: "hot pair: ns per order-0 alloc+free pair, 1 thread, 256 MiB arena",
+            metric: Metric::lower("ns per order-0 alloc+free pair", "ns"),
+            target: "zonealloc: hot order-0 alloc+free pair (median)",
+            bound_ns: HOT_TARGET_NS,
+        },
+    );
 
     let fill = FillDrain {
         filled: RefCell::new(Vec::new()),
     };
-    let s = ctx.compare("fill/drain", &mut singles.variants(&fill));
-    res.targets.push(Target::at_most(
-        "zonealloc: fill the arena at order 0, free shuffled, per call (median)",
-        zonealloc_median(&s),
-        FILL_TARGET_NS,
-        "ns",
-    ));
-    res.tables.push(peer_table(
-        "fill-drain",
-        "fill/drain: ns per call, fill 256 MiB at order 0 then free in shuffled order",
-        Metric::lower("ns per alloc or free call", "ns"),
-        &s,
-    ));
+    compare_peers(
+        ctx,
+        res,
+        &mut singles,
+        &fill,
+        Comparison {
+            what: "fill/drain",
+            id: "fill-drain",
+            title: "fill/drain: ns per call, fill 256 MiB at order 0 then free in shuffled order",
+            metric: Metric::lower("ns per alloc or free call", "ns"),
+            target: "zonealloc: fill the arena at order 0, free shuffled, per call (median)",
+            bound_ns: FILL_TARGET_NS,
+        },
+    );
     let mut seen = Vec::new();
     for &(id, got, want) in fill.filled.borrow().iter() {
         if got < want && !seen.contains(&id) {
@@ -558,19 +580,20 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
         ops: mixed_ops,
         failures: RefCell::new(Vec::new()),
     };
-    let s = ctx.compare("mixed orders", &mut singles.variants(&mixed));
-    res.targets.push(Target::at_most(
-        "zonealloc: mixed orders 0..9, live set <= 2048, per call (median)",
-        zonealloc_median(&s),
-        MIXED_TARGET_NS,
-        "ns",
-    ));
-    res.tables.push(peer_table(
-        "mixed",
-        "mixed orders 0..=9 (geometric), at most 2048 live blocks: ns per alloc or free call",
-        Metric::lower("ns per alloc or free call", "ns"),
-        &s,
-    ));
+    compare_peers(
+        ctx,
+        res,
+        &mut singles,
+        &mixed,
+        Comparison {
+            what: "mixed orders",
+            id: "mixed",
+            title: "mixed orders 0..=9 (geometric), at most 2048 live blocks: ns per alloc or free call",
+            metric: Metric::lower("ns per alloc or free call", "ns"),
+            target: "zonealloc: mixed orders 0..9, live set <= 2048, per call (median)",
+            bound_ns: MIXED_TARGET_NS,
+        },
+    );
     let mut total: Vec<(Id, u64)> = Vec::new();
     for &(id, f) in mixed.failures.borrow().iter() {
         match total.iter_mut().find(|x| x.0 == id) {
@@ -694,30 +717,10 @@ fn window_walk<P: Peer>(p: &mut P, seed: u64, stop: &AtomicBool) -> u64 {
 
 /// `threads` threads walking `s` for `dur`: millions of calls per second, all threads.
 fn throughput<S: SharedPeer>(s: &S, threads: usize, dur: Duration, seed: u64) -> f64 {
-    let stop = AtomicBool::new(false);
-    let start = Barrier::new(threads + 1);
-    std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..threads)
-            .map(|i| {
-                let (stop, start) = (&stop, &start);
-                sc.spawn(move || {
-                    let mut v = s.view();
-                    start.wait();
-                    window_walk(&mut v, seed ^ ((i as u64 + 1) << 32), stop)
-                })
-            })
-            .collect();
-        start.wait();
-        let t0 = Instant::now();
-        std::thread::sleep(dur);
-        stop.store(true, Ordering::Relaxed);
-        let elapsed = secs_since(t0);
-        let ops: u64 = handles
-            .into_iter()
-            .map(|h| h.join().expect("worker thread"))
-            .sum();
-        ops as f64 / elapsed / 1e6
-    })
+    Workers::for_duration(threads, dur).throughput(
+        |_| s.view(),
+        |i, v, stop| window_walk(v, seed ^ ((i as u64 + 1) << 32), stop),
+    )
 }
 
 /// One instance of every peer, shared by threads.
@@ -732,12 +735,21 @@ struct Shareds {
     rlsf: Mutex<RlsfPeer>,
 }
 
-fn shared_variant<'a, S: SharedPeer>(id: Id, s: &'a S, t: usize, dur: Duration) -> Variant<'a> {
+/// Adds to `variants` the thread run of peer `id` (instance `s`) at `t` threads;
+/// returns its handle, keyed by peer and thread count.
+fn shared_variant<'a, S: SharedPeer>(
+    variants: &mut Variants<'a>,
+    id: Id,
+    s: &'a S,
+    t: usize,
+    dur: Duration,
+) -> ((Id, usize), VariantId) {
     let mut round = 0u64;
-    Variant::new(format!("{} {t}t", id.threaded_name()), move || {
+    let handle = variants.add(format!("{} {t}t", id.threaded_name()), move || {
         round += 1;
         throughput(s, t, dur, SEED ^ (round << 8))
-    })
+    });
+    ((id, t), handle)
 }
 
 fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
@@ -755,28 +767,28 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
         offset: Mutex::new(OffsetPeer::new(ARENA_FRAMES)),
         rlsf: Mutex::new(RlsfPeer::new(ARENA_BYTES, true)),
     };
-    let mut variants: Vec<Variant<'_>> = Vec::new();
+    let mut variants = Variants::new();
+    let mut ids = Vec::new();
     for &t in &THREADS {
-        variants.push(shared_variant(Id::Limit, &sh.floor, t, dur));
-        variants.push(shared_variant(Id::Zonealloc, &sh.za, t, dur));
-        variants.push(shared_variant(Id::BsaFrame, &sh.bsa_frame, t, dur));
-        variants.push(shared_variant(Id::BsaHeap, &sh.bsa_heap, t, dur));
-        variants.push(shared_variant(Id::FaDepot, &sh.fa_depot, t, dur));
-        variants.push(shared_variant(Id::FaSummary, &sh.fa_summary, t, dur));
-        variants.push(shared_variant(Id::Offset, &sh.offset, t, dur));
-        variants.push(shared_variant(Id::Rlsf, &sh.rlsf, t, dur));
-        variants.push(shared_variant(Id::MiMalloc, &MiMalloc, t, dur));
-        variants.push(shared_variant(Id::JeMalloc, &JeMalloc, t, dur));
-        variants.push(shared_variant(Id::Mmap, &Mmap, t, dur));
+        let v = &mut variants;
+        ids.extend([
+            shared_variant(v, Id::Limit, &sh.floor, t, dur),
+            shared_variant(v, Id::Zonealloc, &sh.za, t, dur),
+            shared_variant(v, Id::BsaFrame, &sh.bsa_frame, t, dur),
+            shared_variant(v, Id::BsaHeap, &sh.bsa_heap, t, dur),
+            shared_variant(v, Id::FaDepot, &sh.fa_depot, t, dur),
+            shared_variant(v, Id::FaSummary, &sh.fa_summary, t, dur),
+            shared_variant(v, Id::Offset, &sh.offset, t, dur),
+            shared_variant(v, Id::Rlsf, &sh.rlsf, t, dur),
+            shared_variant(v, Id::MiMalloc, &MiMalloc, t, dur),
+            shared_variant(v, Id::JeMalloc, &JeMalloc, t, dur),
+            shared_variant(v, Id::Mmap, &Mmap, t, dur),
+        ]);
     }
+    let ids: Handles<(Id, usize)> = ids.into_iter().collect();
     let s = ctx.compare("1/2/4-thread throughput", &mut variants);
     drop(variants);
-    let find = |id: Id, t: usize| -> &Samples {
-        let n = format!("{} {t}t", id.threaded_name());
-        s.iter()
-            .find(|x| x.variant == n)
-            .expect("every variant ran")
-    };
+    let find = |id: Id, t: usize| ids.get((id, t)).of(&s);
     let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
     for &t in &THREADS {
         let rows: Vec<(&str, &Samples)> = Id::ALL

@@ -14,11 +14,12 @@
 //!  other tracepoints             ->  counted: the kernel's own refills and drains
 //! ```
 //!
-//! An allocation at a frame the trace still holds means its free was lost (perf drops
-//! events when its buffer overflows): the old block is freed first, as
-//! zonealloc-trace's `Replayer` does. A free of part of a held block (the pages of a
-//! `split_page()`d block) is counted and skipped: only zonealloc can split a block,
-//! and the peers must replay the same operations. Slots are dense indices into a
+//! What each event means is zonealloc-trace's `Action`, the one its `Replayer` acts
+//! on. An allocation at a frame the trace still holds means its free was lost (perf
+//! drops events when its buffer overflows): the old block is freed first. A free of
+//! part of a held block (the pages of a `split_page()`d block) is counted and
+//! skipped: only zonealloc can split a block, and the peers must replay the same
+//! operations. Slots are dense indices into a
 //! table of handles, so the timed loop does no hashing: it is the allocator's work
 //! plus one array access per event.
 //!
@@ -41,15 +42,16 @@
 // Unsafe only to call `Peer::free_on` with blocks this module allocated, each once.
 #![allow(unsafe_code)]
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::Instant;
 
 use zonealloc::{Config, Gfp, Pfn, ZoneAllocator, ZoneType};
-use zonealloc_trace::gfp_names::effective_gfp;
 use zonealloc_trace::reader::{read_all, ReadOptions};
-use zonealloc_trace::{Event, HoleModel, Record, Replayer, ZoneLayout};
+use zonealloc_trace::{Action, HoleModel, Record, Replayer, ZoneLayout};
 
 use super::peer_allocators::{
     bsa_locked_frame_allocator, BsaLockedHeapPeer, FaDepot, FrameAllocPeer, JeMalloc, Mapping,
@@ -57,7 +59,7 @@ use super::peer_allocators::{
 };
 use super::peers::single_table;
 use super::{Experiment, ExperimentResult};
-use crate::harness::{secs_since, Ctx, Metric, Samples, Table, Variant};
+use crate::harness::{secs_since, Ctx, Metric, Samples, Table, VariantId, Variants};
 
 /// The experiment.
 pub struct Replay;
@@ -172,6 +174,12 @@ struct Prepared {
     peak_pages: u64,
 }
 
+/// Highest order a trace block can have (the traced kernel's `MAX_PAGE_ORDER`): how
+/// far up a partial free looks for the block it falls inside.
+const TRACE_MAX_ORDER: u8 = 10;
+
+/// The records as operations on slots, with what the trace held besides; each
+/// event's meaning is zonealloc-trace's `Action`, as for its `Replayer`.
 fn prepare(records: &[Record]) -> Prepared {
     let mut p = Prepared {
         events: records.len() as u64,
@@ -183,26 +191,28 @@ fn prepare(records: &[Record]) -> Prepared {
     for r in records {
         max_cpu = max_cpu.max(r.cpu);
         let cpu = r.cpu;
-        match r.event {
-            Event::Alloc {
+        let action = Action::of(&r.event, TRACE_MAX_ORDER, |pfn| {
+            held.get(&pfn).map(|&(_, o)| o)
+        });
+        match action {
+            Action::KernelFailedAlloc => p.kernel_failed += 1,
+            Action::Alloc {
                 pfn,
                 order,
                 gfp,
-                migratetype,
+                implicit_free,
             } => {
-                let Some(pfn) = pfn else {
-                    p.kernel_failed += 1;
-                    continue;
-                };
-                if let Some((slot, o)) = held.remove(&pfn) {
-                    p.implicit_frees += 1;
-                    p.ops.push(Op::Free {
-                        slot,
-                        cpu,
-                        order: o,
-                    });
-                    free_slots.push(slot);
-                    pages -= 1 << o;
+                if implicit_free {
+                    if let Some((slot, o)) = held.remove(&pfn) {
+                        p.implicit_frees += 1;
+                        p.ops.push(Op::Free {
+                            slot,
+                            cpu,
+                            order: o,
+                        });
+                        free_slots.push(slot);
+                        pages -= 1 << o;
+                    }
                 }
                 let slot = free_slots.pop().unwrap_or_else(|| {
                     p.slots += 1;
@@ -216,40 +226,30 @@ fn prepare(records: &[Record]) -> Prepared {
                     slot,
                     cpu,
                     order,
-                    gfp: effective_gfp(gfp, migratetype),
+                    gfp,
                 });
             }
-            Event::Free { pfn, order } => match held.get(&pfn).copied() {
-                Some((slot, o)) if o == order => {
-                    held.remove(&pfn);
+            Action::Free { pfn, order } => {
+                if let Some((slot, _)) = held.remove(&pfn) {
                     free_slots.push(slot);
-                    pages -= 1 << o;
+                    pages -= 1 << order;
                     p.frees += 1;
                     p.ops.push(Op::Free { slot, cpu, order });
                 }
-                Some(_) => p.order_mismatch += 1,
-                None => {
-                    let inside = (order + 1..=10).any(|o| {
-                        held.get(&(pfn & !((1u64 << o) - 1)))
-                            .is_some_and(|&(_, ho)| ho >= o)
-                    });
-                    if inside {
-                        p.partial_frees += 1;
-                    } else {
-                        p.pretrace_frees += 1;
-                    }
-                }
-            },
-            Event::FreeBatched { .. } => p.free_batched += 1,
-            Event::AllocZoneLocked { percpu_refill, .. } => {
+            }
+            Action::OrderMismatch => p.order_mismatch += 1,
+            Action::PartialFree { .. } => p.partial_frees += 1,
+            Action::Unheld { .. } => p.pretrace_frees += 1,
+            Action::FreeBatched => p.free_batched += 1,
+            Action::KernelZoneLocked { percpu_refill } => {
                 if percpu_refill {
                     p.kernel_refill_blocks += 1;
                 } else {
                     p.kernel_zone_locked_other += 1;
                 }
             }
-            Event::PcpuDrain { .. } => p.kernel_drain_blocks += 1,
-            Event::AllocExtfrag { .. } => {}
+            Action::KernelDrain => p.kernel_drain_blocks += 1,
+            Action::KernelFallback { .. } => {}
         }
     }
     p.nr_cpus = max_cpu as usize + 1;
@@ -367,22 +367,57 @@ fn pcp_totals<B: zonealloc::Backend>(za: &ZoneAllocator<B>) -> PcpTotals {
 }
 
 /// Replays into a fresh zonealloc built from `config` each run; keeps the per-CPU
-/// list totals of every run.
+/// list totals of every run. Each run returns ns per call and failed allocations.
 fn zonealloc_runner<'a>(
     config: Config,
     prep: &'a Prepared,
-    pcp: &'a std::cell::RefCell<Vec<PcpTotals>>,
-    failures: &'a std::cell::RefCell<Vec<(String, u64)>>,
-    name: &'static str,
-) -> impl FnMut() -> f64 + 'a {
+    pcp: &'a RefCell<Vec<PcpTotals>>,
+) -> impl FnMut() -> (f64, u64) + 'a {
     move || {
         let za = ZoneAllocator::new(config.clone()).expect("the trace's layout is valid");
         let r = replay(&mut za.view(), &prep.ops, prep.slots);
         // Counted before anything else touches the lists; the allocator is then
         // dropped with the blocks it still holds for the trace.
         pcp.borrow_mut().push(pcp_totals(&za));
-        failures.borrow_mut().push((name.to_owned(), r.failed));
-        r.ns
+        (r.ns, r.failed)
+    }
+}
+
+/// Allocations each replay variant failed, summed over all its rounds.
+#[derive(Default)]
+struct Failures(Vec<(VariantId, Rc<Cell<u64>>)>);
+
+impl Failures {
+    /// Adds the variant `name` to `variants`: its runs return ns per call (the
+    /// sample) and failed allocations (summed here).
+    fn add<'a>(
+        &mut self,
+        variants: &mut Variants<'a>,
+        name: &str,
+        mut run: impl FnMut() -> (f64, u64) + 'a,
+    ) -> VariantId {
+        let failed = Rc::new(Cell::new(0));
+        let tally = Rc::clone(&failed);
+        let id = variants.add(name, move || {
+            let (ns, n) = run();
+            tally.set(tally.get() + n);
+            ns
+        });
+        self.0.push((id, failed));
+        id
+    }
+
+    /// A note per variant that failed allocations, in the order they were added.
+    fn notes(&self, res: &mut ExperimentResult, s: &[Samples]) {
+        for (id, failed) in &self.0 {
+            if failed.get() > 0 {
+                res.notes.push(format!(
+                    "{}: {} allocations failed over all rounds (their frees skipped)",
+                    id.of(s).variant,
+                    failed.get()
+                ));
+            }
+        }
     }
 }
 
@@ -403,10 +438,9 @@ fn measure(ctx: &mut Ctx, res: &mut ExperimentResult, records: &[Record], prep: 
         ),
     );
     ctx.status("building the arenas");
-    let pcp = std::cell::RefCell::new(Vec::new());
-    let pcp_one = std::cell::RefCell::new(Vec::new());
-    let failures = std::cell::RefCell::new(Vec::new());
-    let record = |name: &str, failed: u64| failures.borrow_mut().push((name.to_owned(), failed));
+    let pcp = RefCell::new(Vec::new());
+    let pcp_one = RefCell::new(Vec::new());
+    let mut failures = Failures::default();
 
     let mut floor = VecFloor::new(managed);
     // Arenas mapped once, untouched until used (MAP_NORESERVE: 5 GiB each would not
@@ -418,73 +452,37 @@ fn measure(ctx: &mut Ctx, res: &mut ExperimentResult, records: &[Record], prep: 
     let ops = &prep.ops;
     let slots = prep.slots;
 
-    let mut variants = vec![
-        Variant::new("limit (Vec)", || {
-            let r = replay(&mut floor, ops, slots);
-            free_held(&mut floor, r.held);
-            record("limit (Vec)", r.failed);
-            r.ns
-        }),
-        Variant::new(
-            "zonealloc",
-            zonealloc_runner(trace_config.clone(), prep, &pcp, &failures, "zonealloc"),
-        ),
-        Variant::new(
-            "zonealloc 1 zone",
-            zonealloc_runner(one_zone, prep, &pcp_one, &failures, "zonealloc 1 zone"),
-        ),
-        Variant::new("bsa Frame (spin)", || {
-            let f = bsa_locked_frame_allocator(managed);
-            let r = replay(&mut f.view(), ops, slots);
-            record("bsa Frame (spin)", r.failed);
-            r.ns
-        }),
-        Variant::new("fa Depot", || {
-            let d = FrameAllocPeer::<FaDepot>::depot_in(depot_map.take().expect("arena"));
-            let r = replay(&mut d.view(), ops, slots);
-            depot_map = Some(d.into_mapping());
-            record("fa Depot", r.failed);
-            r.ns
-        }),
-        Variant::new("rlsf (Mutex)", || {
-            let r = Mutex::new(RlsfPeer::new_in(rlsf_map.take().expect("arena")));
-            let x = replay(&mut r.view(), ops, slots);
-            rlsf_map = Some(r.into_inner().expect("not poisoned").into_mapping());
-            record("rlsf (Mutex)", x.failed);
-            x.ns
-        }),
-        Variant::new("mimalloc", || {
-            let r = replay(&mut MiMalloc, ops, slots);
-            free_held(&mut MiMalloc, r.held);
-            record("mimalloc", r.failed);
-            r.ns
-        }),
-        Variant::new("jemalloc", || {
-            let r = replay(&mut JeMalloc, ops, slots);
-            free_held(&mut JeMalloc, r.held);
-            record("jemalloc", r.failed);
-            r.ns
-        }),
-        Variant::new("mmap", || {
-            let r = replay(&mut Mmap, ops, slots);
-            free_held(&mut Mmap, r.held);
-            record("mmap", r.failed);
-            r.ns
-        }),
-    ];
+    let mut variants = Variants::new();
+    let v = &mut variants;
+    failures.add(v, "limit (Vec)", || {
+        let r = replay(&mut floor, ops, slots);
+        free_held(&mut floor, r.held);
+        (r.ns, r.failed)
+    });
+    let zonealloc = failures.add(
+        v,
+        "zonealloc",
+        zonealloc_runner(trace_config.clone(), prep, &pcp),
+    );
+    failures.add(
+        v,
+        "zonealloc 1 zone",
+        zonealloc_runner(one_zone, prep, &pcp_one),
+    );
+    failures.add(v, "bsa Frame (spin)", || {
+        let f = bsa_locked_frame_allocator(managed);
+        let r = replay(&mut f.view(), ops, slots);
+        (r.ns, r.failed)
+    });
     // bsa's Heap frees in O(free blocks) (bsa#11): a few seconds per replay here, so
     // it runs at full scale only.
     if !ctx.quick {
-        variants.insert(
-            4,
-            Variant::new("bsa Heap (spin)", || {
-                let h = BsaLockedHeapPeer::new_in(heap_map.take().expect("arena"));
-                let r = replay(&mut h.view(), ops, slots);
-                heap_map = Some(h.into_mapping());
-                record("bsa Heap (spin)", r.failed);
-                r.ns
-            }),
-        );
+        failures.add(v, "bsa Heap (spin)", || {
+            let h = BsaLockedHeapPeer::new_in(heap_map.take().expect("arena"));
+            let r = replay(&mut h.view(), ops, slots);
+            heap_map = Some(h.into_mapping());
+            (r.ns, r.failed)
+        });
     } else {
         res.notes.push(
             "bsa Heap (spin) is left out in quick mode: its free walks the free list of the \
@@ -492,6 +490,33 @@ fn measure(ctx: &mut Ctx, res: &mut ExperimentResult, records: &[Record], prep: 
                 .into(),
         );
     }
+    failures.add(v, "fa Depot", || {
+        let d = FrameAllocPeer::<FaDepot>::depot_in(depot_map.take().expect("arena"));
+        let r = replay(&mut d.view(), ops, slots);
+        depot_map = Some(d.into_mapping());
+        (r.ns, r.failed)
+    });
+    failures.add(v, "rlsf (Mutex)", || {
+        let r = Mutex::new(RlsfPeer::new_in(rlsf_map.take().expect("arena")));
+        let x = replay(&mut r.view(), ops, slots);
+        rlsf_map = Some(r.into_inner().expect("not poisoned").into_mapping());
+        (x.ns, x.failed)
+    });
+    failures.add(v, "mimalloc", || {
+        let r = replay(&mut MiMalloc, ops, slots);
+        free_held(&mut MiMalloc, r.held);
+        (r.ns, r.failed)
+    });
+    failures.add(v, "jemalloc", || {
+        let r = replay(&mut JeMalloc, ops, slots);
+        free_held(&mut JeMalloc, r.held);
+        (r.ns, r.failed)
+    });
+    failures.add(v, "mmap", || {
+        let r = replay(&mut Mmap, ops, slots);
+        free_held(&mut Mmap, r.held);
+        (r.ns, r.failed)
+    });
     let s = ctx.compare("replay", &mut variants);
     drop(variants);
     let rows: Vec<(&str, &Samples)> = s.iter().map(|x| (x.variant.as_str(), x)).collect();
@@ -506,28 +531,14 @@ fn measure(ctx: &mut Ctx, res: &mut ExperimentResult, records: &[Record], prep: 
         Metric::lower("ns per replayed alloc or free call", "ns"),
         &rows,
     ));
-    let zmed = s
-        .iter()
-        .find(|x| x.variant == "zonealloc")
-        .map_or(f64::NAN, Samples::median);
+    let zmed = zonealloc.of(&s).median();
     res.notes.push(format!(
         "zonealloc: {zmed:.1} ns per call is {:.1} ns per trace event ({} events, {} calls)",
         zmed * prep.ops.len() as f64 / prep.events as f64,
         prep.events,
         prep.ops.len()
     ));
-    let mut total: Vec<(String, u64)> = Vec::new();
-    for (n, f) in failures.borrow().iter() {
-        match total.iter_mut().find(|x| &x.0 == n) {
-            Some(x) => x.1 += f,
-            None => total.push((n.clone(), *f)),
-        }
-    }
-    for (n, f) in total.into_iter().filter(|x| x.1 > 0) {
-        res.notes.push(format!(
-            "{n}: {f} allocations failed over all rounds (their frees skipped)"
-        ));
-    }
+    failures.notes(res, &s);
 
     pcp_figures(res, prep, &pcp.borrow(), &pcp_one.borrow());
     cross_check(ctx, res, records, trace_config);

@@ -1,6 +1,7 @@
 //! Small helpers shared by the seed experiments (`contig`, `vmalloc`, `page_fault1`,
-//! `page_frag`, `pagetypeinfo`): a seeded generator, per-round ratios, the "seed vs
-//! ours" note, and a few facts about the machine (last-level cache, resident memory).
+//! `page_frag`, `pagetypeinfo`): a seeded generator (also the one of `pcp` and
+//! `peers`), per-round ratios, the "seed vs ours" note, and a few facts about the
+//! machine (last-level cache, resident memory).
 //!
 //! Nothing here measures; the experiments time through `Ctx::compare`.
 
@@ -8,6 +9,9 @@ use crate::affinity;
 use crate::harness::{mann_whitney_p, Samples, ALPHA};
 
 /// xorshift64*: a small deterministic generator, one per thread or per test.
+///
+/// Not zonealloc-trace's `SplitMix64`: the workloads of `pcp`, `peers` and the seed
+/// experiments are defined by this stream, and a seed must keep naming the same one.
 pub struct Rng(u64);
 
 impl Rng {
@@ -17,6 +21,7 @@ impl Rng {
     }
 
     /// The next 64 random bits.
+    #[inline]
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -143,7 +148,36 @@ pub fn on_cpu<T: Send>(cpu: Option<usize>, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// How a run's threads are pinned to `cpus` (this process's CPUs), for a parameter:
+/// `describe(cpus)`, or that they are not pinned when the kernel would not say.
+pub fn pinning_text(cpus: &[usize], describe: impl FnOnce(&[usize]) -> String) -> String {
+    if cpus.is_empty() {
+        "no (affinity unknown)".to_owned()
+    } else {
+        describe(cpus)
+    }
+}
+
 /// The first CPU this process may use (`None` if the kernel would not say).
 pub fn first_cpu() -> Option<usize> {
     affinity::allowed_cpus().first().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Rng;
+
+    #[test]
+    fn rng_stream_is_fixed() {
+        // The workloads are defined by this stream: it must not change.
+        let mut r = Rng::new(7);
+        assert_eq!(
+            [r.next(), r.next(), r.next()],
+            [
+                0x671e_db9d_e9e9_afb7,
+                0x67e5_3669_d5fb_6b34,
+                0x974e_a030_4616_1d80
+            ]
+        );
+    }
 }
