@@ -628,14 +628,15 @@ mod tests {
     #[test]
     fn claim_bits_cross_from_the_stack_to_the_heap() {
         let mut c = Claim::default();
-        let set = [0usize, 63, 64, 511, 512, 513, 4095, 100_000];
+        // Small enough for Miri, which runs the unit tests.
+        let set = [0usize, 63, 64, 511, 512, 513, 2047, 3000];
         for &i in &set {
             c.set(i);
         }
-        for i in 0..100_010 {
+        for i in 0..3100 {
             assert_eq!(c.get(i), set.contains(&i), "bit {i}");
         }
         // Nothing beyond the last page taken was allocated.
-        assert_eq!(c.heap.len(), (100_000 - 512) / 64 + 1);
+        assert_eq!(c.heap.len(), (3000 - 512) / 64 + 1);
     }
 }
