@@ -104,8 +104,8 @@ impl<B: Backend> ZoneAllocator<B> {
         let z = self.zone_of_range(pfn, nr)?;
         let mut claim = Claim::default();
         let pages = (0..nr).map(|i| (pfn.add(i), 1));
-        self.claim_pages(z, pages.clone(), &mut claim)?;
-        self.commit_pages(z, pages, &claim, self.current_cpu());
+        self.claim_pages(z, pages.clone(), &mut claim, 0)?;
+        self.commit_pages(z, pages, &claim, 0, self.current_cpu());
         Ok(())
     }
 
@@ -118,11 +118,13 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Taking pages in ascending order makes two racing calls meet first at their
     /// lowest common page: whoever takes it goes on, the other stops there, so of
     /// two frees of one page exactly one succeeds.
+    /// `claim` records page `i` of `pages` as bit `base + i`.
     fn claim_pages(
         &self,
         z: &Zone,
         pages: impl Iterator<Item = (Pfn, u32)> + Clone,
         claim: &mut Claim,
+        base: usize,
     ) -> Result<(), FreeError> {
         for (i, (p, k)) in pages.clone().enumerate() {
             let idx = z.idx(p);
@@ -146,7 +148,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     None
                 };
                 if let Some(e) = bad {
-                    self.unclaim(z, pages.take(i), claim);
+                    self.unclaim(z, pages.take(i), claim, base);
                     return Err(e);
                 }
                 if w.refcount() > k {
@@ -160,7 +162,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 }
             };
             if taken {
-                claim.set(i);
+                claim.set(base + i);
             }
         }
         Ok(())
@@ -168,9 +170,15 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// Undoes `claim_pages` for the pages before the bad one.
     #[cold]
-    fn unclaim(&self, z: &Zone, pages: impl Iterator<Item = (Pfn, u32)>, claim: &Claim) {
+    fn unclaim(
+        &self,
+        z: &Zone,
+        pages: impl Iterator<Item = (Pfn, u32)>,
+        claim: &Claim,
+        base: usize,
+    ) {
         for (i, (p, k)) in pages.enumerate() {
-            if claim.get(i) {
+            if claim.get(base + i) {
                 let idx = z.idx(p);
                 let w = z.frames.word(idx);
                 z.frames.set_word(idx, Word::new(Tag::Alloc, 0, w.aux(), k));
@@ -186,11 +194,12 @@ impl<B: Backend> ZoneAllocator<B> {
         z: &Zone,
         pages: impl Iterator<Item = (Pfn, u32)>,
         claim: &Claim,
+        base: usize,
         cpu: usize,
     ) {
         let mut run: Option<(u64, u64)> = None;
         for (i, (p, k)) in pages.enumerate() {
-            let zero = claim.get(i) || self.put_order0(z, p, k);
+            let zero = claim.get(base + i) || self.put_order0(z, p, k);
             if zero {
                 z.frames.set_word(z.idx(p), Word::TAIL);
                 match &mut run {
@@ -288,42 +297,44 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         };
         let n = if ascending { pages.len() } else { list.len() };
-        // Runs of consecutive frames in one zone, each claimed as a unit.
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        let mut i = 0;
-        while i < n {
-            let (start, _) = entry(i);
-            let z = self.zone_of(start).ok_or(FreeError::OutOfRange(start))?;
-            let mut k = 1;
-            while i + k < n && entry(i + k).0 .0 == start.0 + k as u64 && z.contains(entry(i + k).0)
-            {
-                k += 1;
-            }
-            runs.push((i, k));
-            i += k;
+        // Every entry in a zone first, so that the claims below fail only on a page.
+        for i in 0..n {
+            let p = entry(i).0;
+            self.zone_of(p).ok_or(FreeError::OutOfRange(p))?;
         }
-        let zone_of_run = |&(i, _): &(usize, usize)| self.zone_of(entry(i).0).expect("checked");
-        let mut claims: Vec<Claim> = Vec::with_capacity(runs.len());
-        for (r, run) in runs.iter().enumerate() {
-            let z = zone_of_run(run);
-            let mut claim = Claim::default();
-            let it = (run.0..run.0 + run.1).map(entry);
-            if let Err(e) = self.claim_pages(z, it, &mut claim) {
-                for (done, c) in runs[..r].iter().zip(&claims) {
-                    self.unclaim(zone_of_run(done), (done.0..done.0 + done.1).map(entry), c);
+        // Runs of consecutive frames in one zone, as (zone, first entry, length).
+        let runs = || {
+            let mut i = 0;
+            core::iter::from_fn(move || {
+                if i >= n {
+                    return None;
+                }
+                let start = entry(i).0;
+                let z = self.zone_of(start).expect("checked above");
+                let mut k = 1;
+                while i + k < n
+                    && entry(i + k).0 .0 == start.0 + k as u64
+                    && z.contains(entry(i + k).0)
+                {
+                    k += 1;
+                }
+                let r = (z, i, k);
+                i += k;
+                Some(r)
+            })
+        };
+        let mut claim = Claim::default();
+        for (z, i, k) in runs() {
+            if let Err(e) = self.claim_pages(z, (i..i + k).map(entry), &mut claim, i) {
+                for (z, j, m) in runs().take_while(|&(_, j, _)| j < i) {
+                    self.unclaim(z, (j..j + m).map(entry), &claim, j);
                 }
                 return Err(e);
             }
-            claims.push(claim);
         }
         let cpu = self.current_cpu();
-        for (run, claim) in runs.iter().zip(&claims) {
-            self.commit_pages(
-                zone_of_run(run),
-                (run.0..run.0 + run.1).map(entry),
-                claim,
-                cpu,
-            );
+        for (z, i, k) in runs() {
+            self.commit_pages(z, (i..i + k).map(entry), &claim, i, cpu);
         }
         Ok(())
     }
