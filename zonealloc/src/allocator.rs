@@ -512,12 +512,12 @@ impl<B: Backend> ZoneAllocator<B> {
                 // nothing from the zone. Without this, a refill that dips below the
                 // mark would fail every later allocation into a drain of the very
                 // blocks it took (a refill/drain ping-pong near the watermark).
-                if let Some(p) = self.rmqueue(z, req, flags, false) {
+                if let Some(p) = self.rmqueue_cached(z, req, flags) {
                     return Some(p);
                 }
                 continue;
             }
-            if let Some(p) = self.rmqueue(z, req, flags, true) {
+            if let Some(p) = self.rmqueue(z, req, flags) {
                 return Some(p);
             }
         }
@@ -528,22 +528,40 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// `rmqueue()`: from this CPU's list where the order has one, else the buddy;
-    /// a block that fails its debug checks is retired and another one taken. With
-    /// `from_zone` false, only blocks already on this CPU's list are taken.
+    /// a block that fails its debug checks is retired and another one taken.
     #[inline]
-    fn rmqueue(&self, z: &Zone, req: &Request, flags: AllocFlags, from_zone: bool) -> Option<Pfn> {
-        let order = req.order;
+    fn rmqueue(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
         loop {
-            let pfn = self.rmqueue_pcplist(z, req, flags, from_zone).or_else(|| {
-                from_zone
-                    .then(|| self.rmqueue_buddy(z, req, flags))
-                    .flatten()
-            })?;
-            if self.debug.alloc_check(&self.backend, z, pfn, order) {
-                self.prep_new_page(z, pfn, order, req.gfp, req.mt, req.head_flags);
-                return Some(pfn);
+            let pfn = self
+                .rmqueue_pcplist(z, req, flags, true)
+                .or_else(|| self.rmqueue_buddy(z, req, flags))?;
+            if let Some(p) = self.prep_checked(z, req, pfn) {
+                return Some(p);
             }
         }
+    }
+
+    /// Only blocks already on this CPU's list, for a zone below its watermark (see
+    /// `get_page_from_freelist`). Cold: kept out of the hot path's code.
+    #[cold]
+    #[inline(never)]
+    fn rmqueue_cached(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
+        loop {
+            let pfn = self.rmqueue_pcplist(z, req, flags, false)?;
+            if let Some(p) = self.prep_checked(z, req, pfn) {
+                return Some(p);
+            }
+        }
+    }
+
+    /// The debug checks, then `prep_new_page`; `None` if the block was retired.
+    #[inline]
+    fn prep_checked(&self, z: &Zone, req: &Request, pfn: Pfn) -> Option<Pfn> {
+        if !self.debug.alloc_check(&self.backend, z, pfn, req.order) {
+            return None;
+        }
+        self.prep_new_page(z, pfn, req.order, req.gfp, req.mt, req.head_flags);
+        Some(pfn)
     }
 
     /// `rmqueue_pcplist()`: this CPU's list, if the order has one and its lock is
