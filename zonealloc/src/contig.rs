@@ -297,44 +297,49 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         };
         let n = if ascending { pages.len() } else { list.len() };
-        // Every entry in a zone first, so that the claims below fail only on a page.
-        for i in 0..n {
-            let p = entry(i).0;
-            self.zone_of(p).ok_or(FreeError::OutOfRange(p))?;
-        }
-        // Runs of consecutive frames in one zone, as (zone, first entry, length).
-        let runs = || {
-            let mut i = 0;
-            core::iter::from_fn(move || {
-                if i >= n {
-                    return None;
-                }
-                let start = entry(i).0;
-                let z = self.zone_of(start).expect("checked above");
-                let mut k = 1;
-                while i + k < n
-                    && entry(i + k).0 .0 == start.0 + k as u64
-                    && z.contains(entry(i + k).0)
-                {
-                    k += 1;
-                }
-                let r = (z, i, k);
-                i += k;
-                Some(r)
-            })
-        };
+        // Phase one, run by run (runs of consecutive frames in one zone): take the
+        // pages. A vmalloc array is usually one run, kept without allocating.
+        let mut first: Option<(&Zone, usize, usize)> = None;
+        let mut more: Vec<(&Zone, usize, usize)> = Vec::new();
         let mut claim = Claim::default();
-        for (z, i, k) in runs() {
-            if let Err(e) = self.claim_pages(z, (i..i + k).map(entry), &mut claim, i) {
-                for (z, j, m) in runs().take_while(|&(_, j, _)| j < i) {
-                    self.unclaim(z, (j..j + m).map(entry), &claim, j);
+        let mut i = 0;
+        while i < n {
+            let start = entry(i).0;
+            let taken = match self.zone_of(start) {
+                None => Err(FreeError::OutOfRange(start)),
+                Some(z) => {
+                    let mut k = 1;
+                    while i + k < n
+                        && entry(i + k).0 .0 == start.0 + k as u64
+                        && z.contains(entry(i + k).0)
+                    {
+                        k += 1;
+                    }
+                    self.claim_pages(z, (i..i + k).map(entry), &mut claim, i)
+                        .map(|()| (z, i, k))
                 }
-                return Err(e);
+            };
+            match taken {
+                Ok(run) => {
+                    i += run.2;
+                    if first.is_none() {
+                        first = Some(run);
+                    } else {
+                        more.push(run);
+                    }
+                }
+                Err(e) => {
+                    for &(z, j, m) in first.iter().chain(&more) {
+                        self.unclaim(z, (j..j + m).map(entry), &claim, j);
+                    }
+                    return Err(e);
+                }
             }
         }
+        // Phase two: release them.
         let cpu = self.current_cpu();
-        for (z, i, k) in runs() {
-            self.commit_pages(z, (i..i + k).map(entry), &claim, i, cpu);
+        for &(z, j, m) in first.iter().chain(&more) {
+            self.commit_pages(z, (j..j + m).map(entry), &claim, j, cpu);
         }
         Ok(())
     }
@@ -596,19 +601,26 @@ struct Claim {
 }
 
 impl Claim {
+    #[inline]
     fn set(&mut self, i: usize) {
         let (w, bit) = (i / 64, 1u64 << (i % 64));
-        if let Some(x) = self.inline.get_mut(w) {
-            *x |= bit;
-            return;
+        match self.inline.get_mut(w) {
+            Some(x) => *x |= bit,
+            None => self.set_far(w - self.inline.len(), bit),
         }
-        let w = w - self.inline.len();
+    }
+
+    /// `set` past the first 512 pages: grows the heap part as needed.
+    #[cold]
+    #[inline(never)]
+    fn set_far(&mut self, w: usize, bit: u64) {
         if self.heap.len() <= w {
             self.heap.resize(w + 1, 0);
         }
         self.heap[w] |= bit;
     }
 
+    #[inline]
     fn get(&self, i: usize) -> bool {
         let w = i / 64;
         let word = match self.inline.get(w) {
