@@ -11,13 +11,9 @@ fn za(nr_pages: u64) -> ZoneAllocator {
     .unwrap()
 }
 
-#[track_caller]
-fn settled(za: &ZoneAllocator) {
-    za.drain_all_pages();
-    let r = za.check_invariants().unwrap();
-    assert_eq!(r.allocated_pages, 0);
-    assert_eq!(za.nr_free_pages(), za.managed_pages());
-}
+#[path = "support/settled.rs"]
+mod support;
+use support::settled;
 
 #[test]
 fn split_order9_freed_as_one_block() {

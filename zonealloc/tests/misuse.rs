@@ -24,14 +24,9 @@ fn arena_za(bytes: u64) -> ZoneAllocator<Arena> {
     .unwrap()
 }
 
-/// Every frame is free again, on the buddy lists, and the structures are sound.
-#[track_caller]
-fn settled<B: Backend>(za: &ZoneAllocator<B>) {
-    za.drain_all_pages();
-    let r = za.check_invariants().unwrap();
-    assert_eq!(r.allocated_pages, 0, "frames still allocated");
-    assert_eq!(za.nr_free_pages(), za.managed_pages(), "frames lost");
-}
+#[path = "support/settled.rs"]
+mod support;
+use support::settled;
 
 // -----------------------------------------------------------------------------
 // 1. Aliasing `&mut [u8]` from safe code

@@ -16,13 +16,9 @@ fn arena(path: FragFreePath) -> ZoneAllocator<Arena> {
     .unwrap()
 }
 
-#[track_caller]
-fn settled<B: Backend>(za: &ZoneAllocator<B>) {
-    za.drain_all_pages();
-    let r = za.check_invariants().unwrap();
-    assert_eq!(r.allocated_pages, 0, "frames still allocated");
-    assert_eq!(za.nr_free_pages(), za.managed_pages());
-}
+#[path = "support/settled.rs"]
+mod support;
+use support::settled;
 
 #[test]
 fn fragments_are_carved_without_overlap_and_recycled() {

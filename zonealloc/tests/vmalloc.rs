@@ -254,14 +254,9 @@ fn memfd_za(nr_cpus: usize) -> ZoneAllocator<Arena> {
     ZoneAllocator::with_arena(config(nr_cpus), opts).unwrap()
 }
 
-/// Every frame back: per-CPU lists drained, the buddy holds all of memory.
-#[track_caller]
-fn settled<B: Backend>(za: &ZoneAllocator<B>) {
-    za.drain_all_pages();
-    let r = za.check_invariants().unwrap();
-    assert_eq!(r.allocated_pages, 0);
-    assert_eq!(za.nr_free_pages(), za.managed_pages());
-}
+#[path = "support/settled.rs"]
+mod support;
+use support::settled;
 
 #[track_caller]
 fn checked<B: Backend>(vm: &VmallocSpace<'_, B>) -> VmallocReport {
