@@ -640,6 +640,20 @@ impl<B: Backend> ZoneAllocator<B> {
         self.free_pages_by(self.cpu_index(cpu), pfn, order, Holder::Raw)
     }
 
+    /// The zone of `pfn` as the head of a block of `order`: the checks every call
+    /// naming a block by its head and order makes before touching its word.
+    #[inline]
+    fn head_zone(&self, pfn: Pfn, order: Order) -> Result<&Zone, FreeError> {
+        if order > self.config.max_order {
+            return Err(FreeError::InvalidOrder(order));
+        }
+        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        if !pfn.is_aligned(order) {
+            return Err(FreeError::Misaligned { pfn, order });
+        }
+        Ok(z)
+    }
+
     /// `free_pages` on behalf of `by`, to CPU `cpu`'s lists.
     #[inline]
     pub(crate) fn free_pages_by(
@@ -649,13 +663,7 @@ impl<B: Backend> ZoneAllocator<B> {
         order: Order,
         by: Holder,
     ) -> Result<(), FreeError> {
-        if order > self.config.max_order {
-            return Err(FreeError::InvalidOrder(order));
-        }
-        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        if !pfn.is_aligned(order) {
-            return Err(FreeError::Misaligned { pfn, order });
-        }
+        let z = self.head_zone(pfn, order)?;
         self.put_and_free(z, pfn, Some(order), Via::Cpu(cpu), by)
             .map(|_| ())
     }
@@ -867,13 +875,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// A `FreeError` if `pfn` is not the head of an allocated block of this order.
     pub fn split_page(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        if order > self.config.max_order {
-            return Err(FreeError::InvalidOrder(order));
-        }
-        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        if !pfn.is_aligned(order) {
-            return Err(FreeError::Misaligned { pfn, order });
-        }
+        let z = self.head_zone(pfn, order)?;
         let (old, _) = self.update_head(z, pfn, Holder::Raw, |w| {
             if w.order() != order {
                 return Err(FreeError::WrongOrder {
@@ -965,13 +967,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Sets or clears `FLAG_GUARDED` on the allocated block of `order` at `pfn`, which
     /// must be in the opposite state (and, to become guarded, carry no other flag).
     pub(crate) fn set_guarded(&self, pfn: Pfn, order: Order, on: bool) -> Result<(), FreeError> {
-        if order > self.config.max_order {
-            return Err(FreeError::InvalidOrder(order));
-        }
-        let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        if !pfn.is_aligned(order) {
-            return Err(FreeError::Misaligned { pfn, order });
-        }
+        let z = self.head_zone(pfn, order)?;
         let by = if on { Holder::Raw } else { Holder::Guard };
         self.update_head(z, pfn, by, |w| {
             if w.order() != order {
