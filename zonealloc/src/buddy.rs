@@ -62,6 +62,44 @@ enum Fallback {
     NoClaim,
 }
 
+/// A net change to the zone's free-page counters, gathered over a multi-step list
+/// operation and stored once. The counters are read without the zone lock (the
+/// watermark checks), so an operation that takes pages off in one step and puts
+/// them back in the next must not publish the dip in between: a reader would see
+/// a zone short of pages it never lacked, and fail an allocation for it.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct FreeDelta {
+    free: i64,
+    highatomic: i64,
+}
+
+impl FreeDelta {
+    /// Adds `nr` pages (negative: removes) on lists of type `mt`; isolated pages do
+    /// not count as free.
+    #[inline]
+    pub(crate) fn with(mut self, nr: i64, mt: Migratetype) -> FreeDelta {
+        if mt != Migratetype::Isolate {
+            self.free += nr;
+        }
+        if mt == Migratetype::HighAtomic {
+            self.highatomic += nr;
+        }
+        self
+    }
+
+    /// Stores the net change: one update per counter that changed.
+    #[inline]
+    pub(crate) fn apply(self, zl: &ZoneLocked<'_>) {
+        let c = &zl.zone.counters;
+        if self.free != 0 {
+            c.nr_free_pages.add(self.free);
+        }
+        if self.highatomic != 0 {
+            c.nr_free_highatomic.add(self.highatomic);
+        }
+    }
+}
+
 impl ZoneLocked<'_> {
     // ---------------------------------------------------------------------------
     // Free lists and their counters
@@ -70,14 +108,7 @@ impl ZoneLocked<'_> {
     /// `account_freepages()`: free-page counters, isolated pages excluded.
     #[inline]
     pub(crate) fn account_freepages(&self, nr: i64, mt: Migratetype) {
-        if mt == Migratetype::Isolate {
-            return;
-        }
-        let c = &self.zone.counters;
-        c.nr_free_pages.add(nr);
-        if mt == Migratetype::HighAtomic {
-            c.nr_free_highatomic.add(nr);
-        }
+        FreeDelta::default().with(nr, mt).apply(self);
     }
 
     #[inline]
@@ -143,8 +174,7 @@ impl ZoneLocked<'_> {
         self.area.lists[order.idx()][new.idx()].push_tail(&z.frames, idx);
         self.count_list(order, new, 1);
         let n = order.nr_pages() as i64;
-        self.account_freepages(-n, old);
-        self.account_freepages(n, new);
+        FreeDelta::default().with(-n, old).with(n, new).apply(self);
     }
 
     /// The head of `free_list[order][mt]`, if any.
@@ -274,9 +304,11 @@ impl ZoneLocked<'_> {
         if buddy_mt != mt && !(mt.is_mergeable() && buddy_mt.is_mergeable()) {
             return;
         }
+        // The block stays free throughout: only a change of type is accounted.
         self.del_from_free_list(pfn, order, mt);
-        self.account_freepages(-(order.nr_pages() as i64), mt);
-        self.free_one_page_locked(pfn, order, mt, true);
+        let mut d = FreeDelta::default();
+        self.merge_free(pfn, order, mt, true, &mut d);
+        d.apply(self);
     }
 
     /// `move_freepages_block()`: as above for the pageblock holding `pfn`; `None` if
@@ -304,10 +336,24 @@ impl ZoneLocked<'_> {
         mt: Migratetype,
         to_tail: bool,
     ) {
+        let mut d = FreeDelta::default().with(order.nr_pages() as i64, mt);
+        self.merge_free(pfn, order, mt, to_tail, &mut d);
+        d.apply(self);
+    }
+
+    /// `free_one_page_locked` without its own accounting: merges the block and puts
+    /// it on the lists, adding any change of type to `d` for the caller to apply.
+    pub(crate) fn merge_free(
+        &mut self,
+        pfn: Pfn,
+        order: Order,
+        mt: Migratetype,
+        to_tail: bool,
+        d: &mut FreeDelta,
+    ) {
         let z = self.zone;
         let max = z.max_order;
         let pb = z.pageblock_order;
-        self.account_freepages(order.nr_pages() as i64, mt);
         // The block's head stops being a head if it merges downwards.
         z.frames.set_word(z.idx(pfn), Word::TAIL);
         let (mut pfn, mut order) = (pfn, order);
@@ -327,8 +373,8 @@ impl ZoneLocked<'_> {
             self.del_from_free_list(buddy, order, buddy_mt);
             if buddy_mt != mt {
                 // Two mergeable types met at pageblock order: the result takes ours.
-                self.account_freepages(-(order.nr_pages() as i64), buddy_mt);
-                self.account_freepages(order.nr_pages() as i64, mt);
+                let n = order.nr_pages() as i64;
+                *d = d.with(-n, buddy_mt).with(n, mt);
                 self.change_pageblock_range(buddy, order, mt);
             }
             pfn = Pfn(pfn.0 & buddy.0);
@@ -586,10 +632,12 @@ impl ZoneLocked<'_> {
         if cur >= pb {
             // The free block covers whole pageblocks: take them all.
             self.del_from_free_list(pfn, cur, block);
-            self.account_freepages(-(cur.nr_pages() as i64), block);
             self.change_pageblock_range(pfn, cur, start);
             let added = self.expand(pfn, order, cur, start);
-            self.account_freepages(added as i64, start);
+            FreeDelta::default()
+                .with(-(cur.nr_pages() as i64), block)
+                .with(added as i64, start)
+                .apply(self);
             z.events.claims.inc(1);
             return Some(pfn);
         }

@@ -8,6 +8,7 @@
 //! covers the block is first broken up, one pageblock at a time, so that the other
 //! pageblocks keep their memory (Linux's `split_large_buddy`).
 
+use crate::buddy::FreeDelta;
 use crate::frame::Tag;
 use crate::types::{Migratetype, Order, Pfn};
 use crate::zone::ZoneLocked;
@@ -54,13 +55,15 @@ impl ZoneLocked<'_> {
                 // again on its own block's type and merges where it may.
                 let mt = z.blocks.migratetype(head);
                 self.del_from_free_list(head, order, mt);
-                self.account_freepages(-(order.nr_pages() as i64), mt);
                 set_type(self);
+                let mut d = FreeDelta::default().with(-(order.nr_pages() as i64), mt);
                 for i in 0..1u64 << (order.0 - pb.0) {
                     let part = head.add(i << pb.0);
                     let part_mt = z.blocks.migratetype(part);
-                    self.free_one_page_locked(part, pb, part_mt, false);
+                    d = d.with(pb.nr_pages() as i64, part_mt);
+                    self.merge_free(part, pb, part_mt, false, &mut d);
                 }
+                d.apply(self);
                 return;
             }
         }

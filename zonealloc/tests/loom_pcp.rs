@@ -560,6 +560,48 @@ fn stats_snapshot_vs_split() {
     });
 }
 
+/// (7c) The free-page counter alone, read without the zone lock as the watermark
+/// checks read it, while an unmovable allocation claims a whole movable pageblock
+/// (mobility grouping on, per-CPU lists off): the claim retypes the block and
+/// splits it, and the reader sees the count before or after that one page, never
+/// a dip in between. A dip to 12 of 16 here is, at full size, a zone that reads
+/// as empty to a watermark check and fails an allocation it could serve.
+#[test]
+fn free_counter_vs_claim() {
+    model("free_counter_vs_claim", || {
+        let za = Arc::new(
+            ZoneAllocator::new(Config {
+                mobility_grouping: true,
+                pcp: PcpConfig {
+                    enabled: false,
+                    ..PcpConfig::default()
+                },
+                ..tiny_config(false)
+            })
+            .expect("tiny config"),
+        );
+        let l = Ledger::new();
+        let t1 = {
+            let (za, l) = (za.clone(), l.clone());
+            thread::spawn(move || alloc(&za, &l, 0, Order(0), 1))
+        };
+        let t2 = {
+            let za = za.clone();
+            thread::spawn(move || {
+                let free = za.nr_free_pages();
+                assert!(
+                    free == FRAMES || free == FRAMES - 1,
+                    "free-page counter read {free}, neither before nor after the claim"
+                );
+            })
+        };
+        let a = t1.join().unwrap();
+        t2.join().unwrap();
+        free(&za, &l, 0, a, Order(0), 1);
+        finish(&za, &l);
+    });
+}
+
 // -----------------------------------------------------------------------------
 // Multi-page frees: pages taken in ascending order, restored on failure
 // -----------------------------------------------------------------------------
