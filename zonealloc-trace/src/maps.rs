@@ -237,7 +237,7 @@ pub fn zone_map(
                 });
                 n
             }
-            Some(FrameState::PerCpu { order }) => {
+            Some(FrameState::PerCpu { order } | FrameState::Cached { order }) => {
                 let n = order.nr_pages().min(end - p);
                 add(p, n, &mut |c, k| {
                     c.present += k;

@@ -643,7 +643,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// The zone of `pfn` as the head of a block of `order`: the checks every call
     /// naming a block by its head and order makes before touching its word.
     #[inline]
-    fn head_zone(&self, pfn: Pfn, order: Order) -> Result<&Zone, FreeError> {
+    pub(crate) fn head_zone(&self, pfn: Pfn, order: Order) -> Result<&Zone, FreeError> {
         if order > self.config.max_order {
             return Err(FreeError::InvalidOrder(order));
         }
@@ -787,6 +787,38 @@ impl<B: Backend> ZoneAllocator<B> {
         self.free_one_page(z, pfn, order);
     }
 
+    /// Gives blocks of `order` held `Cached` by a `LocalCache` back: to CPU `cpu`'s
+    /// list under one lock hold where `free_frozen` would put them there, else to
+    /// the buddy lists.
+    pub(crate) fn free_cached(
+        &self,
+        z: &Zone,
+        cpu: usize,
+        order: Order,
+        blocks: impl Iterator<Item = Pfn>,
+    ) {
+        let mut pcp = if self.config.pcp.enabled && pcp_allowed_order(order, z.pageblock_order) {
+            z.pcp_trylock(cpu)
+        } else {
+            None
+        };
+        for pfn in blocks {
+            let mt = z.blocks.migratetype(pfn);
+            match pcp.as_mut() {
+                Some(pcp) if mt != Migratetype::Isolate => {
+                    // HighAtomic blocks travel on the movable list, as in `free_frozen`.
+                    let list = if mt.is_mergeable() {
+                        mt
+                    } else {
+                        Migratetype::Movable
+                    };
+                    pcp.free(pfn, order, list, self.config.pcp.prefetch_buddy);
+                }
+                _ => self.free_one_page(z, pfn, order),
+            }
+        }
+    }
+
     /// `free_one_page()`: the zone-lock path.
     pub(crate) fn free_one_page(&self, z: &Zone, pfn: Pfn, order: Order) {
         z.lock().free_block_locked(pfn, order, false);
@@ -923,7 +955,7 @@ impl<B: Backend> ZoneAllocator<B> {
     pub(crate) fn classify(&self, z: &Zone, pfn: Pfn, w: Word) -> FreeError {
         match w.tag() {
             Tag::Hole => FreeError::Hole(pfn),
-            Tag::Buddy | Tag::Pcp | Tag::Frozen => FreeError::AlreadyFree(pfn),
+            Tag::Buddy | Tag::Pcp | Tag::Frozen | Tag::Cached => FreeError::AlreadyFree(pfn),
             Tag::Bad => FreeError::BadPage(pfn),
             Tag::Alloc => FreeError::Busy(pfn),
             _ => {
@@ -954,7 +986,9 @@ impl<B: Backend> ZoneAllocator<B> {
                 break;
             }
             let hw = z.frames.word(z.idx(head));
-            if matches!(hw.tag(), Tag::Buddy | Tag::Pcp | Tag::Frozen) && hw.order().0 >= o {
+            if matches!(hw.tag(), Tag::Buddy | Tag::Pcp | Tag::Frozen | Tag::Cached)
+                && hw.order().0 >= o
+            {
                 return true;
             }
             if hw.tag() == Tag::Alloc && hw.order().0 >= o {
@@ -1162,6 +1196,28 @@ mod tests {
             });
             assert_eq!(wins, 1, "round {round}");
         }
+        settled(&za);
+    }
+
+    #[test]
+    fn local_caches_on_two_threads_free_into_each_other() {
+        let za = small();
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<Pfn>>();
+        std::thread::scope(|s| {
+            let za = &za;
+            s.spawn(move || {
+                let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap().with_batch(4);
+                let got: Vec<Pfn> = (0..24).map(|_| c.alloc(Order(0)).unwrap()).collect();
+                tx.send(got).unwrap();
+            });
+            s.spawn(move || {
+                let mut c = za.local_cache_on(1, Gfp::KERNEL).unwrap().with_batch(4);
+                for p in rx.recv().unwrap() {
+                    c.free(p, Order(0)).unwrap();
+                    assert!(c.free(p, Order(0)).is_err());
+                }
+            });
+        });
         settled(&za);
     }
 

@@ -257,7 +257,7 @@ impl ZoneLocked<'_> {
                     }
                     p += n;
                 }
-                Tag::Pcp | Tag::Frozen => p += n,
+                Tag::Pcp | Tag::Frozen | Tag::Cached => p += n,
                 _ => p += 1,
             }
         }

@@ -40,6 +40,10 @@ pub struct InvariantReport {
     pub pcp_blocks: u64,
     /// Free frames on per-CPU lists.
     pub pcp_pages: u64,
+    /// Free blocks held by `LocalCache`s.
+    pub cached_blocks: u64,
+    /// Free frames held by `LocalCache`s.
+    pub cached_pages: u64,
     /// Allocated blocks.
     pub allocated_blocks: u64,
     /// Allocated frames.
@@ -311,6 +315,10 @@ fn check_zone(
                 })?;
                 c.report.allocated_blocks += 1;
                 c.report.allocated_pages += nr;
+            }
+            Tag::Cached => {
+                c.report.cached_blocks += 1;
+                c.report.cached_pages += nr;
             }
             Tag::Frozen => {
                 return Err(InvariantViolation {

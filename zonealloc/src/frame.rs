@@ -25,6 +25,10 @@
 //!     │  └── merge/free (zone lock) ────────┼───────────────── Frozen ◄───────┘
 //!     │                                     │ alloc (pcp lock)
 //!     └── drain (pcp lock → zone lock) ─── Pcp ◄── free to pcp (pcp lock) ── Frozen
+//!                                           ▲
+//!              Alloc ── free to a LocalCache (CAS) ──► Cached ── flush (pcp lock)
+//!                ▲                                       │
+//!                └───── handed out by its cache (store) ─┘
 //! ```
 //!
 //! * `Hole`: no memory behind the frame; never changes.
@@ -37,6 +41,10 @@
 //!   changes without a lock (compare-and-swap on the whole word).
 //! * `Frozen{order}`: refcount reached 0; the thread that won the CAS owns the block
 //!   until it puts it on a list.
+//! * `Cached{order}`: head of a free block held by one `LocalCache` (see `local`).
+//!   Entered from `Alloc` by the freeing CAS, as `Frozen` is; left by that cache
+//!   alone, with a plain store (handed out: `Alloc`) or under a pcp lock (flushed:
+//!   `Pcp`). No one else may change it, so a second free of it is refused.
 //! * `Bad`: reported bad and taken out of circulation.
 //!
 //! The whole state lives in one 64-bit word so that "check the state, drop the
@@ -66,6 +74,7 @@ pub(crate) enum Tag {
     Alloc = 4,
     Frozen = 5,
     Bad = 6,
+    Cached = 7,
 }
 
 /// Head flag: a `PageBlock` guard owns the block.
@@ -92,6 +101,7 @@ impl Word {
             3 => Tag::Pcp,
             4 => Tag::Alloc,
             5 => Tag::Frozen,
+            7 => Tag::Cached,
             _ => Tag::Bad,
         }
     }
@@ -143,6 +153,10 @@ impl Word {
     pub const fn frozen(order: Order) -> Word {
         Word::new(Tag::Frozen, order.0, 0, 0)
     }
+    #[inline]
+    pub const fn cached(order: Order) -> Word {
+        Word::new(Tag::Cached, order.0, 0, 0)
+    }
 }
 
 /// What a frame is, as seen through the public API.
@@ -174,6 +188,12 @@ pub enum FrameState {
         /// Order of the block.
         order: Order,
     },
+    /// Head of a free block held by a `LocalCache`: free, but only that cache
+    /// hands it out (or gives it back when flushed or dropped).
+    Cached {
+        /// Order of the block.
+        order: Order,
+    },
     /// Reported bad and taken out of circulation.
     Bad,
 }
@@ -190,6 +210,7 @@ impl From<Word> for FrameState {
                 refcount: w.refcount(),
             },
             Tag::Frozen => FrameState::Frozen { order: w.order() },
+            Tag::Cached => FrameState::Cached { order: w.order() },
             _ => FrameState::Bad,
         }
     }

@@ -26,7 +26,7 @@ impl ZoneLocked<'_> {
             if w.order().0 >= o {
                 match w.tag() {
                     Tag::Buddy => return Some((head, w.order())),
-                    Tag::Alloc | Tag::Pcp | Tag::Frozen => return None,
+                    Tag::Alloc | Tag::Pcp | Tag::Frozen | Tag::Cached => return None,
                     _ => {}
                 }
             }

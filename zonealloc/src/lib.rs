@@ -22,12 +22,27 @@
 //! print!("{}", za.buddyinfo());
 //! ```
 //!
+//! The fastest path is a `LocalCache` per thread: no lock to allocate from it, one
+//! compare-and-swap to free into it (the double-free check every free makes).
+//!
+//! ```
+//! use zonealloc::{Config, Gfp, Order, ZoneAllocator};
+//!
+//! let za = ZoneAllocator::new(Config::with_bytes(64 << 20)).unwrap();
+//! let mut cache = za.local_cache(Gfp::KERNEL).unwrap();
+//! let p = cache.alloc(Order(0)).unwrap();
+//! cache.free(p, Order(0)).unwrap();
+//! assert!(za.free_pages(p, Order(0)).is_err(), "cached: already free");
+//! drop(cache); // gives its blocks back to the per-CPU lists
+//! ```
+//!
 //! # The public API by task
 //!
 //! | task | calls | module |
 //! |---|---|---|
 //! | build | `ZoneAllocator::new`, `with_arena`, `with_backend`, `Config`, `Config::validate`, `setup_watermarks` | `allocator`, `config` |
 //! | allocate | `alloc_pages`, `alloc_pages_on`, `alloc_pages_node`, `alloc_block` (a `PageBlock` guard) | `allocator`, `owned` |
+//! | the fast path, owner-local | `local_cache`, `local_cache_on`, `LocalCache::alloc`, `free`, `flush` | `local` |
 //! | free and references | `free_pages`, `free_pages_on`, `put_page`, `get_page`, `page_count`, `split_page`, `block_of` | `allocator` |
 //! | contiguous and bulk | `free_contig_range`, `free_pages_bulk`, `alloc_pages_bulk`, `alloc_contig_range`, `alloc_contig_pages` | `contig` |
 //! | fragments | `PageFragCache::alloc`, `drain`, `ZoneAllocator::page_frag_free` | `page_frag` |
@@ -42,7 +57,7 @@
 //! kept from Linux: a zone owns its per-CPU slots (`struct zone` has
 //! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on zones.
 //! `buddy` and `isolate` add zone-lock-held methods to `zone`'s `ZoneLocked` guard,
-//! and `owned`, `contig`, `page_frag`, `stats` and `check` add methods to
+//! and `owned`, `local`, `contig`, `page_frag`, `stats` and `check` add methods to
 //! `ZoneAllocator`: each extends the layer below it, never the other way.
 //!
 //! | module | layer |
@@ -56,7 +71,7 @@
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
 //! | `debug` | poisoning, init-on-alloc/free, bad-page reports |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
-//! | `owned`, `contig`, `page_frag` | guards, contiguous and bulk paths, fragments |
+//! | `owned`, `local`, `contig`, `page_frag` | guards, owner-local caches, contiguous and bulk paths, fragments |
 //! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
 //! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
 
@@ -86,6 +101,7 @@ mod fault;
 mod frame;
 mod gfp;
 mod isolate;
+mod local;
 #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
 mod os;
 mod owned;
@@ -114,6 +130,7 @@ pub use error::{AllocError, FreeError};
 pub use fault::FaultSite;
 pub use frame::FrameState;
 pub use gfp::Gfp;
+pub use local::{LocalCache, LOCAL_CACHE_BATCH};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
 pub use pcp::PAGE_ALLOC_COSTLY_ORDER;

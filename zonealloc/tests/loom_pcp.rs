@@ -603,6 +603,78 @@ fn free_counter_vs_claim() {
 }
 
 // -----------------------------------------------------------------------------
+// LocalCache: a free into an owner's cache against every other free
+// -----------------------------------------------------------------------------
+
+/// (9a) One thread frees a block into its `LocalCache` while another frees it with
+/// `free_pages_on`: exactly one wins; the cache's drop gives its block back.
+#[test]
+fn local_cache_free_vs_free() {
+    model("local_cache_free_vs_free", || {
+        let za = new_allocator(true);
+        let l = Ledger::new();
+        let b = alloc(&za, &l, 0, Order(0), 1);
+        l.release(b, Order(0), 1);
+        let t1 = {
+            let za = za.clone();
+            thread::spawn(move || {
+                let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+                c.free(b, Order(0)).is_ok()
+            })
+        };
+        let t2 = {
+            let za = za.clone();
+            thread::spawn(move || za.free_pages_on(1, b, Order(0)).is_ok())
+        };
+        let wins = t1.join().unwrap() as u32 + t2.join().unwrap() as u32;
+        assert_eq!(wins, 1, "both or neither free of one block won");
+        finish(&za, &l);
+    });
+}
+
+/// (9b) A cache hands its one block out and frees it again while a stale free of
+/// the same block races it: the stale free is refused while the block is cached
+/// and wins once it is handed out (then the owner's free is refused); either way
+/// exactly one free succeeds and the block ends free once.
+#[test]
+fn local_cache_hand_out_vs_stale_free() {
+    model("local_cache_hand_out_vs_stale_free", || {
+        let za = new_allocator(true);
+        let l = Ledger::new();
+        let b = alloc(&za, &l, 0, Order(0), 1);
+        l.release(b, Order(0), 1);
+        // The stale free starts once the block sits in the cache.
+        let cached = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let t1 = {
+            let (za, cached) = (za.clone(), cached.clone());
+            thread::spawn(move || {
+                let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+                c.free(b, Order(0)).unwrap();
+                cached.store(true, loom::sync::atomic::Ordering::Release);
+                let p = c.alloc(Order(0)).unwrap();
+                assert_eq!(p, b, "the cache's only block");
+                c.free(p, Order(0)).is_ok()
+            })
+        };
+        let t2 = {
+            let za = za.clone();
+            thread::spawn(move || {
+                while !cached.load(loom::sync::atomic::Ordering::Acquire) {
+                    thread::yield_now();
+                }
+                za.free_pages_on(1, b, Order(0)).is_ok()
+            })
+        };
+        let wins = t1.join().unwrap() as u32 + t2.join().unwrap() as u32;
+        assert_eq!(
+            wins, 1,
+            "the block was freed {wins} times after its hand-out"
+        );
+        finish(&za, &l);
+    });
+}
+
+// -----------------------------------------------------------------------------
 // Multi-page frees: pages taken in ascending order, restored on failure
 // -----------------------------------------------------------------------------
 

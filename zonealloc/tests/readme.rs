@@ -1,5 +1,5 @@
-//! Keeps the README honest: its example is the crate documentation's (a doctest, so it
-//! compiles and runs), and its two commands are the ones CI runs.
+//! Keeps the README honest: its examples are the crate documentation's (doctests, so
+//! they compile and run), and its two commands are the ones CI runs.
 
 const README: &str = include_str!("../../README.md");
 const LIB_RS: &str = include_str!("../src/lib.rs");
@@ -25,8 +25,8 @@ fn fenced_blocks(md: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The first code block of `lib.rs`'s crate documentation (`//!` lines).
-fn crate_doc_example() -> String {
+/// The code blocks of `lib.rs`'s crate documentation (`//!` lines), each a doctest.
+fn crate_doc_examples() -> Vec<String> {
     let doc: String = LIB_RS
         .lines()
         .filter_map(|l| l.strip_prefix("//!"))
@@ -34,25 +34,32 @@ fn crate_doc_example() -> String {
         .collect();
     fenced_blocks(&doc)
         .into_iter()
-        .next()
-        .expect("lib.rs has a doc example")
-        .1
+        .filter(|(info, _)| info.is_empty() || info == "rust")
+        .map(|b| b.1)
+        .collect()
 }
 
 #[test]
-fn readme_example_is_the_crate_doc_example() {
+fn readme_examples_are_crate_doc_examples() {
     let rust: Vec<String> = fenced_blocks(README)
         .into_iter()
         .filter(|(info, _)| info == "rust")
         .map(|b| b.1)
         .collect();
-    assert_eq!(rust.len(), 1, "the README has one Rust example");
+    let doc = crate_doc_examples();
+    assert!(!rust.is_empty(), "the README has a Rust example");
     assert_eq!(
-        rust[0],
-        crate_doc_example(),
-        "README.md's example must equal zonealloc/src/lib.rs's crate doc example \
-         (the doctest that proves it compiles)"
+        rust[0], doc[0],
+        "README.md's first example must equal zonealloc/src/lib.rs's first crate doc \
+         example (the doctest that proves it compiles)"
     );
+    for r in &rust {
+        assert!(
+            doc.contains(r),
+            "every Rust example of README.md must be one of zonealloc/src/lib.rs's crate \
+             doc examples (doctests), so that it compiles and runs:\n{r}"
+        );
+    }
 }
 
 #[test]

@@ -14,6 +14,7 @@
 //! | peer | memory | single thread | shared by threads |
 //! |---|---|---|---|
 //! | zonealloc | `Arena` (mmap) or abstract frames | `alloc_pages`/`free_pages` | the same (per-CPU lists) |
+//! | zonealloc LocalCache | `Arena` (mmap) | `LocalCache::alloc`/`free` | one `LocalCache` per thread |
 //! | bsa `FrameAllocator<11>` | abstract frame numbers | `alloc(n)`/`dealloc` | `LockedFrameAllocator` (spin) |
 //! | bsa `Heap<23>` | mmap'd arena | `alloc(Layout)`/`dealloc` | `LockedHeap` (spin) |
 //! | frame-alloc `SummaryBuddyAllocator<11>` | mmap'd arena (bitmap inside) | `allocate_physical` | the same (lock-free) |
@@ -46,7 +47,7 @@ use frame_alloc::{
     CpuId, DepotAllocator, PageSize, PhysicalAllocator, Provenance, RegionInit,
     SummaryBuddyAllocator,
 };
-use zonealloc::{Backend, Gfp, Order, Pfn, ZoneAllocator};
+use zonealloc::{Backend, Gfp, LocalCache, Order, Pfn, ZoneAllocator};
 
 /// Bytes per page.
 pub const PAGE: usize = 4096;
@@ -306,6 +307,48 @@ impl<B: Backend + Sync> SharedPeer for ZoneAllocator<B> {
 
     fn view(&self) -> Za<'_, B> {
         Za(self)
+    }
+}
+
+/// zonealloc through a `LocalCache` of `Gfp::KERNEL` blocks that the thread owns:
+/// blocks taken from and given back to the per-CPU lists in batches, no lock on
+/// the common path (the double-free check stays: one compare-and-swap a free).
+pub struct ZaLocal<'a, B: Backend>(pub LocalCache<'a, B>);
+
+impl<B: Backend> Peer for ZaLocal<'_, B> {
+    type Handle = Pfn;
+
+    #[inline]
+    fn alloc(&mut self, order: u8) -> Option<Pfn> {
+        self.0.alloc(Order(order)).ok()
+    }
+
+    #[inline]
+    unsafe fn free(&mut self, h: Pfn, order: u8) {
+        let r = self.0.free(h, Order(order));
+        debug_assert!(r.is_ok(), "zonealloc refused a free: {r:?}");
+    }
+
+    fn addr(&self, h: Pfn) -> u64 {
+        Za(self.0.allocator()).addr(h)
+    }
+}
+
+/// One `ZoneAllocator` whose threads each take their own `LocalCache`.
+pub struct ZaLocalShared<B: Backend>(pub ZoneAllocator<B>);
+
+impl<B: Backend + Sync> SharedPeer for ZaLocalShared<B> {
+    type View<'a>
+        = ZaLocal<'a, B>
+    where
+        Self: 'a;
+
+    fn view(&self) -> ZaLocal<'_, B> {
+        ZaLocal(
+            self.0
+                .local_cache(Gfp::KERNEL)
+                .expect("a Gfp::KERNEL cache over a Normal zone"),
+        )
     }
 }
 

@@ -42,12 +42,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use zonealloc::{Arena, ArenaOptions, Config, ZoneAllocator};
+use zonealloc::{Arena, ArenaOptions, Config, Gfp, ZoneAllocator};
 
 use super::peer_allocators::{
     bsa_frame_allocator, bsa_locked_frame_allocator, misaligned, BsaFrameAllocator, BsaHeapPeer,
     BsaLockedHeapPeer, FaDepot, FaSummary, FrameAllocPeer, JeMalloc, MiArenaPeer, MiMalloc, Mmap,
-    OffsetPeer, Peer, PerThreadFloor, RlsfPeer, SharedPeer, VecFloor, Za, PAGE,
+    OffsetPeer, Peer, PerThreadFloor, RlsfPeer, SharedPeer, VecFloor, Za, ZaLocal, ZaLocalShared,
+    PAGE,
 };
 use super::seed_util::Rng;
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
@@ -85,6 +86,7 @@ const FILL_TARGET_NS: f64 = 50.0;
 enum Id {
     Limit,
     Zonealloc,
+    ZaLocal,
     BsaFrame,
     BsaHeap,
     FaDepot,
@@ -97,9 +99,10 @@ enum Id {
 }
 
 impl Id {
-    const ALL: [Id; 11] = [
+    const ALL: [Id; 12] = [
         Id::Limit,
         Id::Zonealloc,
+        Id::ZaLocal,
         Id::BsaFrame,
         Id::BsaHeap,
         Id::FaDepot,
@@ -116,6 +119,7 @@ impl Id {
         match self {
             Id::Limit => "limit (Vec)",
             Id::Zonealloc => "zonealloc",
+            Id::ZaLocal => "zonealloc LocalCache",
             Id::BsaFrame => "bsa Frame",
             Id::BsaHeap => "bsa Heap",
             Id::FaDepot => "fa Depot",
@@ -145,6 +149,9 @@ impl Id {
         match self {
             Id::Limit => "pop/push frame numbers on one bare Vec per order (no allocator)",
             Id::Zonealloc => "ZoneAllocator::with_arena, default Config, alloc_pages(Gfp::KERNEL)",
+            Id::ZaLocal => {
+                "the same allocator type, one LocalCache(Gfp::KERNEL) per thread (its own instance)"
+            }
             Id::BsaFrame => {
                 "buddy_system_allocator 0.13 FrameAllocator<11> (abstract frames; threads: LockedFrameAllocator)"
             }
@@ -367,6 +374,7 @@ impl Workload for MisalignedCheck {
 struct Singles {
     floor: VecFloor,
     za: ZoneAllocator<Arena>,
+    za_local: ZoneAllocator<Arena>,
     bsa_frame: BsaFrameAllocator,
     bsa_heap: BsaHeapPeer,
     fa_depot: FrameAllocPeer<FaDepot>,
@@ -391,6 +399,7 @@ impl Singles {
         Singles {
             floor: VecFloor::new(ARENA_FRAMES),
             za: zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64)),
+            za_local: zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64)),
             bsa_frame: bsa_frame_allocator(ARENA_FRAMES),
             bsa_heap: BsaHeapPeer::new(ARENA_BYTES),
             fa_depot: FrameAllocPeer::depot(ARENA_BYTES, true),
@@ -405,6 +414,7 @@ impl Singles {
         let Singles {
             floor,
             za,
+            za_local,
             bsa_frame,
             bsa_heap,
             fa_depot,
@@ -417,6 +427,15 @@ impl Singles {
             (
                 Id::Zonealloc,
                 Box::new(move || w.run(Id::Zonealloc, &mut Za(&*za))),
+            ),
+            (
+                Id::ZaLocal,
+                // A cache per run, as a thread would keep one; its drop at the end
+                // of the run gives its blocks back, untimed.
+                Box::new(move || {
+                    let mut c = ZaLocal(za_local.local_cache(Gfp::KERNEL).expect("Normal zone"));
+                    w.run(Id::ZaLocal, &mut c)
+                }),
             ),
             (
                 Id::BsaFrame,
@@ -445,15 +464,15 @@ impl Singles {
         ]
     }
 
-    /// The runners as harness variants, with zonealloc's handle.
-    fn variants<'a, W: Workload>(&'a mut self, w: &'a W) -> (Variants<'a>, VariantId) {
+    /// The runners as harness variants, with every row's handle.
+    fn variants<'a, W: Workload>(&'a mut self, w: &'a W) -> (Variants<'a>, Handles<Id>) {
         let mut variants = Variants::new();
         let ids: Handles<Id> = self
             .runners(w)
             .into_iter()
             .map(|(id, r)| (id, variants.add(id.name(), r)))
             .collect();
-        (variants, ids.get(Id::Zonealloc))
+        (variants, ids)
     }
 }
 
@@ -483,6 +502,23 @@ struct Comparison<'s> {
     bound_ns: f64,
 }
 
+/// The best of the other allocators by `better` (`f64::min` for times, `max` for
+/// rates): neither the limit nor zonealloc's own rows, nor mmap (a system call per
+/// block is no peer for a page allocator's fast path).
+fn best_peer(value: impl Fn(Id) -> f64, better: fn(f64, f64) -> f64) -> (f64, Id) {
+    Id::ALL
+        .iter()
+        .filter(|&&id| !matches!(id, Id::Limit | Id::Zonealloc | Id::ZaLocal | Id::Mmap))
+        .map(|&id| (value(id), id))
+        .fold((f64::NAN, Id::Limit), |a, b| {
+            if a.0.is_nan() || better(a.0, b.0) == b.0 {
+                b
+            } else {
+                a
+            }
+        })
+}
+
 /// Runs `w` on every peer of `singles`, interleaved, and records the comparison `c`.
 fn compare_peers<W: Workload>(
     ctx: &mut Ctx,
@@ -491,14 +527,26 @@ fn compare_peers<W: Workload>(
     w: &W,
     c: Comparison<'_>,
 ) {
-    let (mut variants, za) = singles.variants(w);
+    let (mut variants, ids) = singles.variants(w);
     let s = ctx.compare(c.what, &mut variants);
     drop(variants);
+    let median = |id: Id| ids.get(id).of(&s).median();
     res.targets.push(Target::at_most(
         c.target,
-        za.of(&s).median(),
+        median(Id::Zonealloc),
         c.bound_ns,
         "ns",
+    ));
+    let (best, best_id) = best_peer(median, f64::min);
+    res.targets.push(Target::at_most(
+        &format!(
+            "zonealloc LocalCache first in {}: its median / the best peer's ({})",
+            c.what,
+            best_id.name()
+        ),
+        median(Id::ZaLocal) / best,
+        1.0,
+        "x",
     ));
     res.tables.push(peer_table(c.id, c.title, c.metric, &s));
 }
@@ -727,6 +775,7 @@ fn throughput<S: SharedPeer>(s: &S, threads: usize, dur: Duration, seed: u64) ->
 struct Shareds {
     floor: PerThreadFloor,
     za: ZoneAllocator<Arena>,
+    za_local: ZaLocalShared<Arena>,
     bsa_frame: buddy_system_allocator::LockedFrameAllocator<11>,
     bsa_heap: BsaLockedHeapPeer,
     fa_depot: FrameAllocPeer<FaDepot>,
@@ -760,6 +809,7 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let sh = Shareds {
         floor: PerThreadFloor { nr_frames: 4096 },
         za: zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64)),
+        za_local: ZaLocalShared(zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64))),
         bsa_frame: bsa_locked_frame_allocator(ARENA_FRAMES),
         bsa_heap: BsaLockedHeapPeer::new(ARENA_BYTES),
         fa_depot: FrameAllocPeer::depot(ARENA_BYTES, true),
@@ -774,6 +824,7 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
         ids.extend([
             shared_variant(v, Id::Limit, &sh.floor, t, dur),
             shared_variant(v, Id::Zonealloc, &sh.za, t, dur),
+            shared_variant(v, Id::ZaLocal, &sh.za_local, t, dur),
             shared_variant(v, Id::BsaFrame, &sh.bsa_frame, t, dur),
             shared_variant(v, Id::BsaHeap, &sh.bsa_heap, t, dur),
             shared_variant(v, Id::FaDepot, &sh.fa_depot, t, dur),
@@ -804,28 +855,21 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
             metric(),
             &rows,
         ));
-        if t > 1 {
-            let za = find(Id::Zonealloc, t).median();
-            let (best, best_id) = Id::ALL
-                .iter()
-                .filter(|&&id| id != Id::Limit && id != Id::Zonealloc)
-                .map(|&id| (find(id, t).median(), id))
-                .fold((f64::NEG_INFINITY, Id::Limit), |a, b| {
-                    if b.0 > a.0 {
-                        b
-                    } else {
-                        a
-                    }
-                });
-            res.targets.push(Target::at_least(
-                &format!(
-                    "zonealloc first at {t} threads: its median / the best peer's ({})",
-                    best_id.threaded_name()
-                ),
-                za / best,
-                1.0,
-                "x",
-            ));
+        let (best, best_id) = best_peer(|id| find(id, t).median(), f64::max);
+        for id in [Id::Zonealloc, Id::ZaLocal] {
+            if t > 1 || id == Id::ZaLocal {
+                res.targets.push(Target::at_least(
+                    &format!(
+                        "{} first at {t} thread{}: its median / the best peer's ({})",
+                        id.name(),
+                        if t == 1 { "" } else { "s" },
+                        best_id.threaded_name()
+                    ),
+                    find(id, t).median() / best,
+                    1.0,
+                    "x",
+                ));
+            }
         }
     }
     res.notes.push(
@@ -886,7 +930,8 @@ fn capacity_of(id: Id, order: u8) -> Option<f64> {
             Ok(mut a) => fill_until_failure(&mut a, order),
             Err(_) => return None,
         },
-        Id::JeMalloc | Id::Mmap => return None,
+        // The cache hands out what `alloc_pages` would: the same capacity.
+        Id::ZaLocal | Id::JeMalloc | Id::Mmap => return None,
     })
 }
 

@@ -1,0 +1,306 @@
+//! `LocalCache`: free blocks held by one owner, in front of the per-CPU lists.
+//!
+//! Public API here: `ZoneAllocator::local_cache`, `local_cache_on` and `LocalCache`.
+//!
+//! A per-CPU list is shared by every thread that runs on its CPU, so each use takes
+//! its lock (one atomic read-modify-write to take it, a release store to give it
+//! back). A `LocalCache` belongs to one owner (its methods take `&mut self`): its
+//! blocks sit in plain arrays that no other thread reads, so handing one out and
+//! taking one back need no lock at all. It trades memory for that: blocks held by a
+//! cache are free but unavailable to everyone else until it is flushed or dropped
+//! (`drain_all_pages` cannot reach them), which is why it is an explicit object and
+//! not what `alloc_pages` does behind the caller's back.
+//!
+//! The guarantees of the raw API hold unchanged. A block freed into the cache goes
+//! `Alloc -> Cached` with the same compare-and-swap `free_pages` uses, so of two
+//! racing frees of one block exactly one wins, and every later free, `get_page` or
+//! `split_page` of a cached block is refused (`AlreadyFree`). Only the cache that
+//! holds a `Cached` block changes its state again: to `Alloc` with a release store
+//! when it hands the block out, to `Pcp` under the per-CPU lock when it flushes.
+//! So the common pair costs one atomic read-modify-write (the free's CAS) where the
+//! per-CPU path costs five.
+//!
+//! ```text
+//!   alloc:  pop -> store Alloc                        (refill: one pcp lock, `batch` blocks)
+//!   free:   CAS Alloc -> Cached -> push               (flush:  one pcp lock, `batch` blocks)
+//! ```
+//!
+//! The cache serves orders up to `PAGE_ALLOC_COSTLY_ORDER` from one zone, the first
+//! its `Gfp` may use, and only blocks whose pageblock type is the one its requests
+//! draw from (so it never mixes mobility types); anything else goes through the
+//! ordinary paths. Refills check the zone's low watermark for the whole batch and
+//! fall back to `alloc_pages` (slow path, drains and all) when it fails. In the
+//! zone's statistics a cached block counts as allocated (to the cache); the debug
+//! modes poison a block when it enters the cache and check it when it leaves.
+
+use alloc::vec::Vec;
+
+use crate::allocator::{Holder, ZoneAllocator};
+use crate::backend::Backend;
+use crate::error::{AllocError, FreeError};
+use crate::fault::FaultSite;
+use crate::frame::{Tag, Word};
+use crate::gfp::{AllocFlags, Gfp};
+use crate::pcp::{pcp_allowed_order, PAGE_ALLOC_COSTLY_ORDER};
+use crate::types::{Migratetype, Order, Pfn, Wmark};
+use crate::zone::Zone;
+
+/// Orders a cache holds: `0..=PAGE_ALLOC_COSTLY_ORDER`.
+const LOCAL_ORDERS: usize = PAGE_ALLOC_COSTLY_ORDER as usize + 1;
+
+/// Blocks a refill takes and a flush gives back, by default.
+pub const LOCAL_CACHE_BATCH: usize = 32;
+
+/// Free blocks owned by one caller: lock-free allocation and freeing of orders up
+/// to `PAGE_ALLOC_COSTLY_ORDER` (see the module documentation for what it costs and
+/// guarantees). Dropping it gives every block back.
+///
+/// # Examples
+/// ```
+/// use zonealloc::{Config, Gfp, Order, ZoneAllocator};
+/// let za = ZoneAllocator::new(Config::with_bytes(64 << 20)).unwrap();
+/// let mut cache = za.local_cache(Gfp::KERNEL).unwrap();
+/// let p = cache.alloc(Order(0)).unwrap();
+/// cache.free(p, Order(0)).unwrap();
+/// assert!(cache.free(p, Order(0)).is_err(), "a second free is refused");
+/// drop(cache);
+/// za.drain_all_pages();
+/// assert_eq!(za.nr_free_pages(), za.managed_pages());
+/// ```
+pub struct LocalCache<'a, B: Backend> {
+    za: &'a ZoneAllocator<B>,
+    zone: &'a Zone,
+    cpu: usize,
+    gfp: Gfp,
+    /// The type the cache's requests draw from, and the only pageblock type it
+    /// takes frees of (any ordinary type when the zone does not group by mobility).
+    mt: Migratetype,
+    batch: usize,
+    stacks: [Vec<Pfn>; LOCAL_ORDERS],
+}
+
+impl<B: Backend> ZoneAllocator<B> {
+    /// A `LocalCache` for requests of `gfp`, refilled from and flushed to the lists
+    /// of the CPU the caller runs on now.
+    ///
+    /// # Errors
+    /// `NoEligibleZone` when no zone of node 0 may serve `gfp`.
+    pub fn local_cache(&self, gfp: Gfp) -> Result<LocalCache<'_, B>, AllocError> {
+        self.local_cache_on(self.current_cpu(), gfp)
+    }
+
+    /// As `local_cache`, refilled from and flushed to CPU `cpu`'s lists (taken
+    /// modulo `nr_cpus`).
+    ///
+    /// # Errors
+    /// As `local_cache`.
+    pub fn local_cache_on(&self, cpu: usize, gfp: Gfp) -> Result<LocalCache<'_, B>, AllocError> {
+        let highest = gfp.highest_zone();
+        let zone = self
+            .zonelist(0)
+            .find(|z| z.zone_type() <= highest && z.present > 0)
+            .ok_or(AllocError::NoEligibleZone)?;
+        Ok(LocalCache {
+            za: self,
+            zone,
+            cpu: cpu % self.config.nr_cpus.max(1),
+            gfp,
+            mt: gfp.migratetype(),
+            batch: LOCAL_CACHE_BATCH,
+            stacks: Default::default(),
+        })
+    }
+}
+
+impl<'a, B: Backend> LocalCache<'a, B> {
+    /// Sets how many blocks a refill takes and a flush gives back (at least 1; the
+    /// cache holds at most twice that many of each order).
+    pub fn with_batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// The allocator the cache draws from.
+    pub fn allocator(&self) -> &'a ZoneAllocator<B> {
+        self.za
+    }
+
+    /// Frames held free by the cache now.
+    pub fn cached_pages(&self) -> u64 {
+        self.stacks
+            .iter()
+            .enumerate()
+            .map(|(o, s)| (s.len() as u64) << o)
+            .sum()
+    }
+
+    /// A block of `2^order` frames: from the cache when it holds one, else refilled
+    /// with a batch from the per-CPU list; orders above `PAGE_ALLOC_COSTLY_ORDER` go
+    /// to `alloc_pages`.
+    ///
+    /// # Errors
+    /// As `alloc_pages`.
+    #[inline]
+    pub fn alloc(&mut self, order: Order) -> Result<Pfn, AllocError> {
+        if let Some(stack) = self.stacks.get_mut(order.idx()) {
+            if let Some(pfn) = stack.pop() {
+                if let Some(p) = self.hand_out(pfn, order) {
+                    return Ok(p);
+                }
+            }
+        }
+        self.alloc_slow(order)
+    }
+
+    /// Publishes a cached block as allocated (after the debug modes' checks);
+    /// `None` if the checks retired it.
+    #[inline]
+    fn hand_out(&self, pfn: Pfn, order: Order) -> Option<Pfn> {
+        let (za, z) = (self.za, self.zone);
+        if !za.debug.alloc_check(&za.backend, z, pfn, order) {
+            return None;
+        }
+        za.prep_new_page(z, pfn, order, self.gfp, self.mt, 0);
+        Some(pfn)
+    }
+
+    /// Empty stack (or a retired block, or an order the cache does not hold).
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&mut self, order: Order) -> Result<Pfn, AllocError> {
+        let za = self.za;
+        if order.idx() < LOCAL_ORDERS {
+            while let Some(pfn) = self.stacks[order.idx()].pop() {
+                if let Some(p) = self.hand_out(pfn, order) {
+                    return Ok(p);
+                }
+            }
+            self.refill(order);
+            while let Some(pfn) = self.stacks[order.idx()].pop() {
+                if let Some(p) = self.hand_out(pfn, order) {
+                    return Ok(p);
+                }
+            }
+        }
+        za.alloc_pages_node_on(self.cpu, 0, self.gfp, order, 0)
+    }
+
+    /// Takes up to `batch` blocks of `order` from the per-CPU list (refilled from
+    /// the buddy lists as usual) under one lock hold, if the zone stays above its
+    /// low watermark with all of them gone.
+    fn refill(&mut self, order: Order) {
+        let (za, z) = (self.za, self.zone);
+        if !za.config.pcp.enabled
+            || !pcp_allowed_order(order, z.pageblock_order)
+            || za.debug.faults.should_fail(FaultSite::Alloc)
+        {
+            return;
+        }
+        let n = (self.batch >> order.0).max(1);
+        let flags = AllocFlags::fast(self.gfp, order.0);
+        let highest = self.gfp.highest_zone();
+        let need = z.wmark(Wmark::Low) + ((n as u64) << order.0);
+        if !z.watermark_fast(order, need, highest, flags) {
+            return;
+        }
+        let Some(mut pcp) = z.pcp_trylock(self.cpu) else {
+            return;
+        };
+        let stack = &mut self.stacks[order.idx()];
+        stack.reserve(2 * n);
+        for _ in 0..n {
+            match pcp.rmqueue(order, self.mt, flags, &za.debug.faults, true) {
+                Some(p) => {
+                    z.frames.set_word(z.idx(p), Word::cached(order));
+                    stack.push(p);
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Frees a block: into the cache when it holds blocks of this order, of this
+    /// zone and of its pageblock type, else as `free_pages` does. A cache that
+    /// then holds twice its batch of the order gives the older half back.
+    ///
+    /// # Errors
+    /// As `free_pages`; nothing is changed then.
+    #[inline]
+    pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let (za, z) = (self.za, self.zone);
+        let local = order.idx() < LOCAL_ORDERS
+            && order <= za.config.max_order
+            && z.contains(pfn)
+            && pfn.is_aligned(order)
+            && self.takes(z.blocks.migratetype(pfn));
+        if !local {
+            return za.free_pages_by(self.cpu, pfn, order, Holder::Raw);
+        }
+        let (_, new) = za.update_head(z, pfn, Holder::Raw, |w| {
+            let actual = w.order();
+            if actual != order {
+                Err(FreeError::WrongOrder {
+                    pfn,
+                    given: order,
+                    actual,
+                })
+            } else if w.refcount() <= 1 {
+                Ok(Word::cached(order))
+            } else {
+                Ok(w.with_refcount(w.refcount() - 1))
+            }
+        })?;
+        if new.tag() != Tag::Cached {
+            return Ok(());
+        }
+        za.debug.free_prepare(&za.backend, pfn, order);
+        let stack = &mut self.stacks[order.idx()];
+        stack.push(pfn);
+        if stack.len() >= 2 * (self.batch >> order.0).max(1) {
+            self.flush_order(order, (self.batch >> order.0).max(1));
+        }
+        Ok(())
+    }
+
+    /// Whether a freed block of pageblock type `bt` may stay in this cache.
+    #[inline]
+    fn takes(&self, bt: Migratetype) -> bool {
+        bt == self.mt || (self.zone.mobility_disabled && bt.is_mergeable())
+    }
+
+    /// Gives the `n` oldest blocks of `order` back to the per-CPU list.
+    #[cold]
+    #[inline(never)]
+    fn flush_order(&mut self, order: Order, n: usize) -> u64 {
+        let n = n.min(self.stacks[order.idx()].len());
+        let (za, z, cpu) = (self.za, self.zone, self.cpu);
+        let blocks = self.stacks[order.idx()].drain(..n);
+        za.free_cached(z, cpu, order, blocks);
+        n as u64
+    }
+
+    /// Gives every block back to the per-CPU lists. Returns the blocks given back.
+    pub fn flush(&mut self) -> u64 {
+        (0..LOCAL_ORDERS)
+            .map(|o| self.flush_order(Order(o as u8), usize::MAX))
+            .sum()
+    }
+}
+
+impl<B: Backend> Drop for LocalCache<'_, B> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+impl<B: Backend> core::fmt::Debug for LocalCache<'_, B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("LocalCache")
+            .field("zone", &self.zone.id)
+            .field("cpu", &self.cpu)
+            .field("migratetype", &self.mt)
+            .field("batch", &self.batch)
+            .field("cached_pages", &self.cached_pages())
+            .finish()
+    }
+}

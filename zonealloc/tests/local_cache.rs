@@ -1,0 +1,400 @@
+//! `LocalCache`: the owner-local layer in front of the per-CPU lists. What it
+//! hands out, what it refuses (each refusal changes nothing), what it gives back,
+//! and an exact ledger of threads that allocate through their caches and free
+//! through each other's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier, Mutex};
+
+use zonealloc::*;
+
+#[path = "support/settled.rs"]
+mod support;
+use support::settled;
+
+fn za(bytes: u64) -> ZoneAllocator {
+    ZoneAllocator::new(Config {
+        nr_cpus: 2,
+        ..Config::with_bytes(bytes)
+    })
+    .unwrap()
+}
+
+#[test]
+fn blocks_round_trip_and_a_second_free_is_refused_everywhere() {
+    let za = za(16 << 20);
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    for o in 0..=PAGE_ALLOC_COSTLY_ORDER {
+        let order = Order(o);
+        let p = c.alloc(order).unwrap();
+        assert!(p.is_aligned(order));
+        assert_eq!(
+            za.frame_state(p),
+            Some(FrameState::Allocated { order, refcount: 1 })
+        );
+        c.free(p, order).unwrap();
+        assert_eq!(za.frame_state(p), Some(FrameState::Cached { order }));
+        let before = za.state_digest();
+        assert_eq!(c.free(p, order), Err(FreeError::AlreadyFree(p)));
+        assert_eq!(za.free_pages(p, order), Err(FreeError::AlreadyFree(p)));
+        assert_eq!(za.put_page(p), Err(FreeError::AlreadyFree(p)));
+        assert_eq!(za.get_page(p), Err(FreeError::AlreadyFree(p)));
+        assert_eq!(za.split_page(p, order), Err(FreeError::AlreadyFree(p)));
+        let mut other = za.local_cache_on(1, Gfp::KERNEL).unwrap();
+        assert_eq!(other.free(p, order), Err(FreeError::AlreadyFree(p)));
+        drop(other);
+        assert_eq!(
+            za.state_digest(),
+            before,
+            "a refused free changed the state"
+        );
+        // The same block comes back first: the cache is last in, first out.
+        assert_eq!(c.alloc(order).unwrap(), p);
+        c.free(p, order).unwrap();
+    }
+    let held = c.cached_pages();
+    assert!(held > 0);
+    let r = za.check_invariants().unwrap();
+    assert_eq!(
+        r.cached_pages, held,
+        "the validator counts the cache's frames"
+    );
+    assert_eq!(r.allocated_pages, 0);
+    drop(c);
+    settled(&za);
+}
+
+#[test]
+fn bad_frees_get_typed_errors_and_change_nothing() {
+    let za = za(16 << 20);
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    let p1 = c.alloc(Order(1)).unwrap();
+    let guarded = za.alloc_block(Gfp::KERNEL, Order(0)).unwrap();
+    let g = guarded.pfn();
+    let max = za.config().max_order;
+    let end = Pfn(za.managed_pages());
+    let before = za.state_digest();
+    let cached = c.cached_pages();
+    assert_eq!(
+        c.free(p1, Order(0)),
+        Err(FreeError::WrongOrder {
+            pfn: p1,
+            given: Order(0),
+            actual: Order(1)
+        })
+    );
+    assert_eq!(
+        c.free(p1.add(1), Order(0)),
+        Err(FreeError::TailPage(p1.add(1)))
+    );
+    assert_eq!(c.free(g, Order(0)), Err(FreeError::Guarded(g)));
+    assert_eq!(c.free(end, Order(0)), Err(FreeError::OutOfRange(end)));
+    assert_eq!(
+        c.free(Pfn(1), Order(1)),
+        Err(FreeError::Misaligned {
+            pfn: Pfn(1),
+            order: Order(1)
+        })
+    );
+    assert_eq!(
+        c.free(Pfn(0), Order(max.0 + 1)),
+        Err(FreeError::InvalidOrder(Order(max.0 + 1)))
+    );
+    assert_eq!(
+        za.state_digest(),
+        before,
+        "a refused free changed the state"
+    );
+    assert_eq!(c.cached_pages(), cached, "a refused free reached the cache");
+    c.free(p1, Order(1)).unwrap();
+    drop(guarded);
+    drop(c);
+    settled(&za);
+}
+
+#[test]
+fn a_shared_block_enters_the_cache_with_its_last_reference() {
+    let za = za(16 << 20);
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    let p = c.alloc(Order(0)).unwrap();
+    za.get_page(p).unwrap();
+    c.free(p, Order(0)).unwrap();
+    assert_eq!(
+        za.frame_state(p),
+        Some(FrameState::Allocated {
+            order: Order(0),
+            refcount: 1
+        }),
+        "the first free drops a reference only"
+    );
+    c.free(p, Order(0)).unwrap();
+    assert_eq!(
+        za.frame_state(p),
+        Some(FrameState::Cached { order: Order(0) })
+    );
+    drop(c);
+    settled(&za);
+}
+
+#[test]
+fn high_orders_and_foreign_zones_pass_through() {
+    // DMA32 below 4 GiB (here: frames 0..4096) and Normal above.
+    let za = ZoneAllocator::new(Config {
+        nodes: vec![NodeConfig {
+            zones: vec![
+                ZoneConfig::new(ZoneType::Dma32, Pfn(0), 4096),
+                ZoneConfig::new(ZoneType::Normal, Pfn(4096), 4096),
+            ],
+        }],
+        nr_cpus: 1,
+        min_free_kbytes: Some(0),
+        ..Config::default()
+    })
+    .unwrap();
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    // Above PAGE_ALLOC_COSTLY_ORDER: straight through alloc_pages and free_pages.
+    let big = c.alloc(Order(5)).unwrap();
+    c.free(big, Order(5)).unwrap();
+    assert_eq!(c.cached_pages(), 0);
+    assert!(!matches!(
+        za.frame_state(big),
+        Some(FrameState::Cached { .. } | FrameState::Allocated { .. })
+    ));
+    // A DMA32 page freed into a Normal cache goes back to its own zone.
+    let low = za
+        .alloc_pages_on(0, Gfp::KERNEL | Gfp::DMA32, Order(0))
+        .unwrap();
+    assert!(low.0 < 4096);
+    c.free(low, Order(0)).unwrap();
+    assert_eq!(c.cached_pages(), 0);
+    assert!(!matches!(
+        za.frame_state(low),
+        Some(FrameState::Cached { .. } | FrameState::Allocated { .. })
+    ));
+    drop(c);
+    settled(&za);
+}
+
+#[test]
+fn frees_of_another_mobility_type_are_not_kept() {
+    let za = za(64 << 20);
+    let mut movable = za.local_cache_on(0, Gfp::HIGHUSER_MOVABLE).unwrap();
+    let mut unmovable = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    let m = movable.alloc(Order(0)).unwrap();
+    let u = unmovable.alloc(Order(0)).unwrap();
+    let m_cached = movable.cached_pages();
+    let u_cached = unmovable.cached_pages();
+    // Each freed into the other type's cache: handed on, not kept.
+    unmovable.free(m, Order(0)).unwrap();
+    movable.free(u, Order(0)).unwrap();
+    assert_eq!(movable.cached_pages(), m_cached);
+    assert_eq!(unmovable.cached_pages(), u_cached);
+    drop((movable, unmovable));
+    settled(&za);
+}
+
+#[test]
+fn the_cache_holds_at_most_two_batches_and_flushes_the_rest() {
+    let za = za(64 << 20);
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap().with_batch(8);
+    let pages: Vec<Pfn> = (0..100).map(|_| c.alloc(Order(0)).unwrap()).collect();
+    for &p in &pages {
+        c.free(p, Order(0)).unwrap();
+        assert!(c.cached_pages() < 16, "held {}", c.cached_pages());
+    }
+    let held = c.cached_pages();
+    assert_eq!(c.flush(), held);
+    assert_eq!(c.cached_pages(), 0);
+    assert_eq!(za.check_invariants().unwrap().cached_pages, 0);
+    drop(c);
+    settled(&za);
+}
+
+#[test]
+fn every_page_can_still_be_had_through_a_cache() {
+    // No reserve: every page of the zone, through the cache's refills and then the
+    // ordinary path's drains once the watermark stops the refills.
+    let za = ZoneAllocator::new(Config {
+        nr_cpus: 2,
+        min_free_kbytes: Some(0),
+        ..Config::with_bytes(8 << 20)
+    })
+    .unwrap();
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    let mut got = Vec::new();
+    while let Ok(p) = c.alloc(Order(0)) {
+        got.push(p);
+    }
+    assert_eq!(got.len() as u64, za.managed_pages());
+    let mut sorted = got.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), got.len(), "a page was handed out twice");
+    for p in got {
+        c.free(p, Order(0)).unwrap();
+    }
+    drop(c);
+    settled(&za);
+}
+
+#[test]
+fn cached_pages_make_a_contiguous_range_busy_until_flushed() {
+    let za = za(16 << 20);
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    let p = c.alloc(Order(0)).unwrap();
+    c.free(p, Order(0)).unwrap();
+    let start = Pfn(p.0 & !511);
+    assert!(matches!(
+        za.alloc_contig_range(start, start.add(512)),
+        Err(ContigError::Busy(_))
+    ));
+    c.flush();
+    za.alloc_contig_range(start, start.add(512)).unwrap();
+    za.free_contig_range(start, 512).unwrap();
+    drop(c);
+    settled(&za);
+}
+
+#[test]
+fn poison_is_written_on_the_way_in_and_checked_on_the_way_out() {
+    let za = ZoneAllocator::with_arena(
+        Config {
+            nr_cpus: 1,
+            debug: DebugConfig {
+                poison: true,
+                ..DebugConfig::default()
+            },
+            ..Config::with_bytes(8 << 20)
+        },
+        ArenaOptions::default(),
+    )
+    .unwrap();
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    let p = c.alloc(Order(0)).unwrap();
+    let addr = za.page_address(p).unwrap();
+    c.free(p, Order(0)).unwrap();
+    // SAFETY: the arena maps the page; it is free, so nothing else uses it, and the
+    // write is the use-after-free the poison check exists to catch.
+    unsafe { *addr.as_ptr().add(100) = 0x42 };
+    let q = c.alloc(Order(0)).unwrap();
+    assert_ne!(q, p, "a corrupted page was handed out again");
+    let reports = za.bad_page_reports();
+    assert_eq!(reports.len(), 1);
+    assert_eq!((reports[0].pfn, reports[0].offset), (p, 100));
+    c.free(q, Order(0)).unwrap();
+    drop(c);
+    za.drain_all_pages();
+    let r = za.check_invariants().unwrap();
+    assert_eq!(r.bad_pages, 1);
+    assert_eq!(r.allocated_pages, 0);
+}
+
+/// Threads allocate through their own caches and free half of what they hold
+/// through another thread's cache (and some through `free_pages`), with racing
+/// double frees thrown in; a shared ledger records who owns which page, and at the
+/// end the allocator's accounting matches it exactly.
+#[test]
+fn threads_with_caches_keep_an_exact_ledger() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 50_000;
+    let za = Arc::new(za(32 << 20));
+    // Pages handed from thread to thread: (page, allocating thread).
+    let mailbox: Arc<Vec<Mutex<Vec<Pfn>>>> =
+        Arc::new((0..THREADS).map(|_| Mutex::new(Vec::new())).collect());
+    let ledger: Arc<Mutex<HashMap<Pfn, usize>>> = Arc::new(Mutex::new(HashMap::new()));
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (za, mailbox, ledger, barrier) =
+                (za.clone(), mailbox.clone(), ledger.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut c = za.local_cache_on(t, Gfp::KERNEL).unwrap().with_batch(16);
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
+                let mut live: Vec<Pfn> = Vec::new();
+                let mut refused = 0u64;
+                barrier.wait();
+                for _ in 0..ROUNDS {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    match rng % 8 {
+                        // At most 256 live pages a thread: 4 x 256 of the 8,192.
+                        0..=3 if live.len() < 256 => {
+                            let p = c.alloc(Order(0)).unwrap();
+                            assert!(ledger.lock().unwrap().insert(p, t).is_none(), "{p} twice");
+                            live.push(p);
+                        }
+                        0..=5 if !live.is_empty() => {
+                            let p = live.swap_remove(rng as usize % live.len());
+                            ledger.lock().unwrap().remove(&p).unwrap();
+                            c.free(p, Order(0)).unwrap();
+                            // A stale second free, through the cache or the raw API,
+                            // while the page is still in this cache (only this thread
+                            // can take it out, so the free must be refused).
+                            if za.frame_state(p) == Some(FrameState::Cached { order: Order(0) }) {
+                                let again = if rng & 64 == 0 {
+                                    c.free(p, Order(0))
+                                } else {
+                                    za.free_pages_on(t, p, Order(0))
+                                };
+                                assert_eq!(again, Err(FreeError::AlreadyFree(p)));
+                                refused += 1;
+                            }
+                        }
+                        // To the next thread, unless it has enough waiting (it may
+                        // have finished its rounds).
+                        6 if !live.is_empty() => {
+                            let mut next = mailbox[(t + 1) % THREADS].lock().unwrap();
+                            if next.len() < 64 {
+                                next.push(live.swap_remove(rng as usize % live.len()));
+                            }
+                        }
+                        _ => {
+                            let got: Vec<Pfn> = std::mem::take(&mut *mailbox[t].lock().unwrap());
+                            for p in got {
+                                ledger.lock().unwrap().remove(&p).unwrap();
+                                c.free(p, Order(0)).unwrap();
+                            }
+                        }
+                    }
+                }
+                (live, refused)
+            })
+        })
+        .collect();
+    let mut owned = 0u64;
+    let mut refused = 0u64;
+    let mut lives = Vec::new();
+    for h in handles {
+        let (live, r) = h.join().unwrap();
+        owned += live.len() as u64;
+        refused += r;
+        lives.push(live);
+    }
+    // Pages still in the mailboxes: owned, on their way to another thread.
+    for m in mailbox.iter() {
+        let left = std::mem::take(&mut *m.lock().unwrap());
+        owned += left.len() as u64;
+        lives.push(left);
+    }
+    assert_eq!(owned, ledger.lock().unwrap().len() as u64);
+    za.drain_all_pages();
+    let r = za.check_invariants().unwrap();
+    assert_eq!(r.cached_pages, 0, "every cache gave its pages back");
+    assert_eq!(
+        r.allocated_pages, owned,
+        "allocated pages against the ledger"
+    );
+    assert_eq!(
+        za.nr_free_pages() + owned,
+        za.managed_pages(),
+        "frames lost"
+    );
+    assert!(refused > 0, "no stale free was tried");
+    for live in lives {
+        for p in live {
+            za.free_pages(p, Order(0)).unwrap();
+        }
+    }
+    settled(&za);
+}
