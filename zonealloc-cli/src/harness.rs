@@ -205,6 +205,16 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The default thread counts: 1, 2, 4 and the number of CPUs the process may use.
+pub fn default_threads(nr_cpus: usize) -> Vec<usize> {
+    let mut t = vec![1, 2, 4];
+    if nr_cpus > 0 && !t.contains(&nr_cpus) {
+        t.push(nr_cpus);
+    }
+    t.sort_unstable();
+    t
+}
+
 /// Run settings shared by every comparison of a suite run, and the progress display.
 pub struct Ctx {
     /// Quick mode (CI scale) rather than full scale.
@@ -213,6 +223,11 @@ pub struct Ctx {
     pub rounds: usize,
     /// Discarded rounds before them.
     pub warmup: usize,
+    /// Thread counts of the threaded experiments, ascending.
+    pub threads: Vec<usize>,
+    /// The CPUs this process may run on (empty if unknown): thread `i` of a run of
+    /// at most that many threads is pinned to `cpus[i]`.
+    pub cpus: Vec<usize>,
     progress: ProgressBar,
     /// Prefix of the progress message, e.g. "[1/3] pcp".
     label: String,
@@ -221,13 +236,56 @@ pub struct Ctx {
 impl Ctx {
     /// Settings for quick (`quick = true`) or full scale.
     pub fn new(quick: bool, progress: ProgressBar) -> Ctx {
+        let cpus = affinity::allowed_cpus();
         Ctx {
             quick,
             rounds: if quick { 5 } else { 11 },
             warmup: 1,
+            threads: default_threads(cpus.len()),
+            cpus,
             progress,
             label: String::new(),
         }
+    }
+
+    /// Sets the thread counts (deduplicated, ascending, zero dropped); an empty
+    /// list keeps the default.
+    pub fn set_threads(&mut self, mut threads: Vec<usize>) {
+        threads.retain(|&t| t > 0);
+        threads.sort_unstable();
+        threads.dedup();
+        if !threads.is_empty() {
+            self.threads = threads;
+        }
+    }
+
+    /// What the threaded runs did, for the report's notes.
+    pub fn pinning_note(&self) -> String {
+        let n = self.cpus.len();
+        let (pinned, shared): (Vec<usize>, Vec<usize>) =
+            self.threads.iter().partition(|&&t| t <= n);
+        let list = |v: &[usize]| {
+            v.iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut parts = Vec::new();
+        if !pinned.is_empty() {
+            parts.push(format!(
+                "{} thread(s): one thread per CPU, pinned (thread i on CPU {:?}[i])",
+                list(&pinned),
+                self.cpus
+            ));
+        }
+        if !shared.is_empty() {
+            parts.push(format!(
+                "{} thread(s): more threads than the {n} CPUs this process may use, not \
+                 pinned (the threads share the CPUs)",
+                list(&shared)
+            ));
+        }
+        parts.join("; ")
     }
 
     /// Picks the quick-mode or the full-scale value of a size.
@@ -314,6 +372,28 @@ impl Workers<'static> {
 }
 
 impl<'c> Workers<'c> {
+    /// `threads` workers whose loops run until told to stop, `dur` after the
+    /// release: pinned one per CPU of `cpus` when there are that many, else left to
+    /// the scheduler (a run with more threads than CPUs shares them).
+    pub fn timed(threads: usize, dur: Duration, cpus: &'c [usize]) -> Workers<'c> {
+        let w = Workers::for_duration(threads, dur);
+        if threads <= cpus.len() {
+            w.pinned_to(cpus)
+        } else {
+            w
+        }
+    }
+
+    /// The same workers, thread `i` pinned to `cpus[i % cpus.len()]` (not pinned
+    /// when `cpus` is empty).
+    pub fn pinned_to<'d>(self, cpus: &'d [usize]) -> Workers<'d> {
+        Workers {
+            threads: self.threads,
+            pin_to: cpus,
+            stop_after: self.stop_after,
+        }
+    }
+
     /// `threads` workers running loops of fixed length, thread `i` pinned to
     /// `cpus[i % cpus.len()]` (not pinned when `cpus` is empty).
     pub fn pinned(threads: usize, cpus: &'c [usize]) -> Workers<'c> {

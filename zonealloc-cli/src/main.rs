@@ -1,6 +1,6 @@
 //! `zonealloc`: the benchmark suite and a statistics demo of the zonealloc crate.
 //!
-//! * `zonealloc bench [--quick] [--rounds N] [--out DIR] [EXPERIMENT...]` runs the
+//! * `zonealloc bench [--quick] [--rounds N] [--threads LIST] [--out DIR] [EXPERIMENT...]` runs the
 //!   registered experiments (all by default), each comparing variants interleaved in
 //!   this one process, prints a machine header and a table per comparison, and
 //!   writes `DIR/results.json` (every figure) and PNG charts. `--quick` is CI scale
@@ -86,6 +86,11 @@ struct BenchArgs {
     /// Measured rounds per comparison (default: 5 quick, 11 full; at least 5).
     #[arg(long, value_parser = clap::value_parser!(u16).range(5..))]
     rounds: Option<u16>,
+    /// Thread counts of the threaded experiments, comma-separated (default: 1, 2, 4
+    /// and the number of CPUs this process may use). A run of at most that many
+    /// threads pins one thread per CPU.
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Vec<u16>,
     /// List the experiments and exit.
     #[arg(long)]
     list: bool,
@@ -170,6 +175,7 @@ fn bench(args: BenchArgs) -> ExitCode {
     if let Some(r) = args.rounds {
         ctx.rounds = r.into();
     }
+    ctx.set_threads(args.threads.iter().map(|&t| t.into()).collect());
     out!(
         "zonealloc bench: {} scale, {} measured rounds (+{} warm-up) per comparison, variants interleaved",
         if args.quick { "quick" } else { "full" },
@@ -177,6 +183,7 @@ fn bench(args: BenchArgs) -> ExitCode {
         ctx.warmup
     );
     out!("{}", machine.header());
+    out!("threads: {}", ctx.pinning_note());
     if machine.load_avg_start > 0.5 {
         out!(
             "warning: load average {:.2}: other processes are using the CPUs; \

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! The metric is will-it-scale's: total pages faulted in per second, all threads
-//! (M/s). Variants: 1, 2 and 4 threads, each with `PcpConfig::prefetch_buddy` off
+//! (M/s). Variants: 1, 2 and 4 threads and the machine's CPU count (`--threads`), each with `PcpConfig::prefetch_buddy` off
 //! (the library default: a flush picks and merges its blocks under one zone-lock
 //! hold, as Linux since 2022) and on (seed 001: pick outside the lock, prefetching
 //! each buddy's metadata, then merge under the lock).
@@ -60,7 +60,6 @@ const MIN_ZONE_PAGES: u64 = 1 << 22;
 const MAX_ZONE_PAGES: u64 = 1 << 24;
 /// One in this many pages is left free by the churn.
 const FREE_ONE_IN: u64 = 8;
-const THREADS: [usize; 3] = [1, 2, 4];
 /// Seed 001 (v1): prefetch against "pick outside the lock", +1.1 % to +8.9 %.
 const SEED_LO_PCT: f64 = 1.1;
 const SEED_HI_PCT: f64 = 8.9;
@@ -71,7 +70,7 @@ impl Experiment for PageFault1 {
     }
 
     fn description(&self) -> &'static str {
-        "seed 001: will-it-scale page_fault1 (alloc order 0 + touch, then free) at 1/2/4 \
+        "seed 001: will-it-scale page_fault1 (alloc order 0 + touch, then free) at 1/2/4/N \
          threads, prefetch_buddy off vs on, frame table larger than the LLC, Linux 4.15 \
          and default per-CPU lists"
     }
@@ -221,9 +220,9 @@ struct Case {
 
 impl Case {
     /// Every case, in the order the variants run.
-    fn all() -> impl Iterator<Item = Case> {
-        SETUPS.into_iter().flat_map(|setup| {
-            THREADS.into_iter().flat_map(move |threads| {
+    fn all(thread_counts: &[usize]) -> impl Iterator<Item = Case> + '_ {
+        SETUPS.into_iter().flat_map(move |setup| {
+            thread_counts.iter().flat_map(move |&threads| {
                 [false, true].map(|prefetch| Case {
                     setup,
                     threads,
@@ -252,6 +251,8 @@ impl Case {
 /// What the comparison measured: every case's samples, and the pages each case
 /// freed and flushed to the buddy lists over its timed runs.
 struct Measured {
+    /// Thread counts measured, ascending.
+    threads: Vec<usize>,
     samples: Vec<Samples>,
     ids: Handles<Case>,
     flushed: Vec<(Case, (u64, u64))>,
@@ -267,7 +268,10 @@ impl Measured {
 /// Runs every case interleaved, each on its setup's allocator with the per-CPU lists
 /// drained (untimed) before every run.
 fn measure(ctx: &mut Ctx, zas: &Churned, sizes: &Sizes, cpus: &[usize]) -> Measured {
-    let logs: Vec<(Case, Cell<(u64, u64)>)> = Case::all().map(|c| (c, Cell::new((0, 0)))).collect();
+    let threads = ctx.threads.clone();
+    let logs: Vec<(Case, Cell<(u64, u64)>)> = Case::all(&threads)
+        .map(|c| (c, Cell::new((0, 0))))
+        .collect();
     let mut variants = Variants::new();
     let ids: Handles<Case> = logs
         .iter()
@@ -289,9 +293,10 @@ fn measure(ctx: &mut Ctx, zas: &Churned, sizes: &Sizes, cpus: &[usize]) -> Measu
             (case, id)
         })
         .collect();
-    let samples = ctx.compare("page_fault1, 1/2/4 threads, two PCP setups", &mut variants);
+    let samples = ctx.compare("page_fault1, threaded, two PCP setups", &mut variants);
     drop(variants);
     Measured {
+        threads,
         samples,
         ids,
         flushed: logs.into_iter().map(|(c, log)| (c, log.get())).collect(),
@@ -329,7 +334,7 @@ fn flush_notes(res: &mut ExperimentResult, m: &Measured) {
 fn prefetch_tables(res: &mut ExperimentResult, m: &Measured, region_bytes: u64) -> f64 {
     let mut full_load = f64::NAN;
     for setup in SETUPS {
-        for t in THREADS {
+        for &t in &m.threads {
             let case = |prefetch| Case {
                 setup,
                 threads: t,
@@ -350,7 +355,7 @@ fn prefetch_tables(res: &mut ExperimentResult, m: &Measured, region_bytes: u64) 
             ));
             let (_, lo, hi) = round_speedups(off, on, false);
             let pct = (on.median() / off.median() - 1.0) * 100.0;
-            if setup == Setup::Linux415 && t == *THREADS.last().expect("threads") {
+            if setup == Setup::Linux415 && Some(&t) == m.threads.last() {
                 full_load = pct;
             }
             res.notes.push(format!(
@@ -383,7 +388,7 @@ fn verdict(res: &mut ExperimentResult, full_load: f64) {
             .to_owned(),
     );
     res.targets.push(Target::at_least(
-        "Linux 4.15 PCP, 4 threads (full load): prefetch on vs off, change of median \
+        "Linux 4.15 PCP, most threads (full load): prefetch on vs off, change of median \
          M/s (seed: +1.1 % to +8.9 %)",
         full_load,
         SEED_LO_PCT,
@@ -406,7 +411,8 @@ fn scaling(m: &Measured) -> Scaling {
                     setup.short(),
                     if prefetch { "on" } else { "off" }
                 ),
-                points: THREADS
+                points: m
+                    .threads
                     .iter()
                     .map(|&threads| {
                         let case = Case {

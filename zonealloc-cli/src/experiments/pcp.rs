@@ -5,7 +5,7 @@
 //! 1. **Hot pair.** One thread allocates an order-0 page and frees it at once, many
 //!    times: ns per pair with PCP off (every call takes the zone lock, Linux's boot
 //!    pageset) against PCP on (the default). Target: ≤ 20 ns per pair with PCP on.
-//! 2. **Throughput at 1, 2 and 4 threads.** Each thread keeps a window of up to 64
+//! 2. **Throughput at 1, 2, 4 and N threads (`--threads`).** Each thread keeps a window of up to 64
 //!    live order-0 pages and allocates or frees at random (a free takes the newest
 //!    page 7 times in 8, a random one otherwise): total alloc+free calls per second,
 //!    PCP off against on at each thread count, and each against its own 1-thread
@@ -50,8 +50,6 @@ const SMALL_ZONE_PAGES: u64 = 1 << 18;
 const LARGE_ZONE_PAGES: u64 = 1 << 22;
 /// Live pages per thread in the throughput runs.
 const WINDOW: usize = 64;
-/// Thread counts of the throughput runs.
-const THREADS: [usize; 3] = [1, 2, 4];
 /// Thread counts of the flush runs.
 const FLUSH_THREADS: [usize; 2] = [1, 2];
 /// Targets (issue: per-CPU lists).
@@ -64,7 +62,7 @@ impl Experiment for Pcp {
     }
 
     fn description(&self) -> &'static str {
-        "per-CPU lists: hot order-0 pair and 1/2/4-thread throughput with PCP off vs on; \
+        "per-CPU lists: hot order-0 pair and 1/2/4/N-thread throughput with PCP off vs on; \
          flush path with prefetch_buddy off vs on (seed (c))"
     }
 
@@ -208,8 +206,10 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let dur = Duration::from_millis(ctx.scale(150, 500));
     res.param("throughput: run length (ms)", dur.as_millis());
     res.param("throughput: live window per thread (pages)", WINDOW);
+    let threads = ctx.threads.clone();
+    let cpus = ctx.cpus.clone();
     // One allocator per variant, so no variant inherits another's list state.
-    let allocs: Vec<(bool, usize, ZoneAllocator)> = THREADS
+    let allocs: Vec<(bool, usize, ZoneAllocator)> = threads
         .iter()
         .flat_map(|&t| {
             [
@@ -226,6 +226,7 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             plural(t)
         )
     };
+    let cpus: &[usize] = &cpus;
     let mut variants = Variants::new();
     let ids: Handles<(bool, usize)> = allocs
         .iter()
@@ -235,7 +236,7 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             let id = variants.add(name(on, t), move || {
                 round += 1;
                 let seed = (v << 16) ^ round;
-                Workers::for_duration(t, dur).throughput(
+                Workers::timed(t, dur, cpus).throughput(
                     |_| (),
                     |i, _, stop| window_walk(za, seed ^ ((i as u64 + 1) << 32), stop),
                 )
@@ -246,13 +247,13 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let ceiling = [1, 2].map(|t| {
         variants.add(
             format!("shared-nothing loop, {t} thread{}", plural(t)),
-            move || Workers::for_duration(t, dur).throughput(|_| (), |_, _, stop| spin_until(stop)),
+            move || Workers::timed(t, dur, cpus).throughput(|_| (), |_, _, stop| spin_until(stop)),
         )
     });
-    let s = ctx.compare("1/2/4-thread throughput", &mut variants);
+    let s = ctx.compare("threaded throughput", &mut variants);
     let by = |on: bool, t: usize| ids.get((on, t)).of(&s);
     let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
-    for &t in &THREADS {
+    for &t in &threads {
         res.tables.push(Table::new(
             &format!("throughput-{t}t"),
             &format!(
@@ -264,7 +265,7 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
         ));
     }
     for on in [true, false] {
-        let rows: Vec<(String, &Samples)> = THREADS
+        let rows: Vec<(String, &Samples)> = threads
             .iter()
             .map(|&t| (format!("{t} thread{}", plural(t)), by(on, t)))
             .collect();
@@ -306,7 +307,7 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             .iter()
             .map(|&on| Series {
                 name: format!("PCP {}", if on { "on" } else { "off" }),
-                points: THREADS.iter().map(|&t| Point::of(t, by(on, t))).collect(),
+                points: threads.iter().map(|&t| Point::of(t, by(on, t))).collect(),
             })
             .collect(),
     });

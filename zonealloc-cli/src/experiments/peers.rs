@@ -20,7 +20,7 @@
 //! 3. **Mixed**: orders 0..=9 drawn geometrically (order `o` with probability
 //!    `2^-(o+1)`), a live set of at most 2,048 blocks, allocate or free a random live
 //!    block with equal odds; ns per call.
-//! 4. **Threads**: 1, 2 and 4 threads, each keeping a window of up to 64 live order-0
+//! 4. **Threads**: 1, 2, 4 and N threads (`--threads`), each keeping a window of up to 64 live order-0
 //!    blocks (the `pcp` experiment's walk: free the newest 7 times in 8); total calls
 //!    per second. Single-threaded peers are wrapped as their documentation tells a
 //!    user to: bsa in its own `Locked*` spin locks, offset-allocator and rlsf in a
@@ -68,7 +68,6 @@ const MIXED_LIVE: usize = 2048;
 const MIXED_MAX_ORDER: u8 = 9;
 /// Live blocks per thread in the thread runs.
 const WINDOW: usize = 64;
-const THREADS: [usize; 3] = [1, 2, 4];
 /// mmap/munmap cost ~1.5 µs a call: it does this fraction of the calls of the hot
 /// and mixed runs (per-call figures are unaffected; the run stays short).
 const MMAP_DIV: u64 = 20;
@@ -184,7 +183,7 @@ impl Experiment for Peers {
 
     fn description(&self) -> &'static str {
         "zonealloc vs buddy_system_allocator, frame-alloc, offset-allocator, rlsf, mimalloc, \
-         jemalloc and mmap: hot pair, fill/drain, mixed orders, 1/2/4 threads, capacity, \
+         jemalloc and mmap: hot pair, fill/drain, mixed orders, 1/2/4/N threads, capacity, \
          alignment; each a ratio to a bare-Vec limit"
     }
 
@@ -763,9 +762,16 @@ fn window_walk<P: Peer>(p: &mut P, seed: u64, stop: &AtomicBool) -> u64 {
     ops
 }
 
-/// `threads` threads walking `s` for `dur`: millions of calls per second, all threads.
-fn throughput<S: SharedPeer>(s: &S, threads: usize, dur: Duration, seed: u64) -> f64 {
-    Workers::for_duration(threads, dur).throughput(
+/// `threads` threads walking `s` for `dur` (pinned as `Workers::timed` does):
+/// millions of calls per second, all threads.
+fn throughput<S: SharedPeer>(
+    s: &S,
+    threads: usize,
+    dur: Duration,
+    cpus: &[usize],
+    seed: u64,
+) -> f64 {
+    Workers::timed(threads, dur, cpus).throughput(
         |_| s.view(),
         |i, v, stop| window_walk(v, seed ^ ((i as u64 + 1) << 32), stop),
     )
@@ -792,11 +798,12 @@ fn shared_variant<'a, S: SharedPeer>(
     s: &'a S,
     t: usize,
     dur: Duration,
+    cpus: &'a [usize],
 ) -> ((Id, usize), VariantId) {
     let mut round = 0u64;
     let handle = variants.add(format!("{} {t}t", id.threaded_name()), move || {
         round += 1;
-        throughput(s, t, dur, SEED ^ (round << 8))
+        throughput(s, t, dur, cpus, SEED ^ (round << 8))
     });
     ((id, t), handle)
 }
@@ -817,31 +824,33 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
         offset: Mutex::new(OffsetPeer::new(ARENA_FRAMES)),
         rlsf: Mutex::new(RlsfPeer::new(ARENA_BYTES, true)),
     };
+    let threads = ctx.threads.clone();
+    let cpus = ctx.cpus.clone();
     let mut variants = Variants::new();
     let mut ids = Vec::new();
-    for &t in &THREADS {
+    for &t in &threads {
         let v = &mut variants;
         ids.extend([
-            shared_variant(v, Id::Limit, &sh.floor, t, dur),
-            shared_variant(v, Id::Zonealloc, &sh.za, t, dur),
-            shared_variant(v, Id::ZaLocal, &sh.za_local, t, dur),
-            shared_variant(v, Id::BsaFrame, &sh.bsa_frame, t, dur),
-            shared_variant(v, Id::BsaHeap, &sh.bsa_heap, t, dur),
-            shared_variant(v, Id::FaDepot, &sh.fa_depot, t, dur),
-            shared_variant(v, Id::FaSummary, &sh.fa_summary, t, dur),
-            shared_variant(v, Id::Offset, &sh.offset, t, dur),
-            shared_variant(v, Id::Rlsf, &sh.rlsf, t, dur),
-            shared_variant(v, Id::MiMalloc, &MiMalloc, t, dur),
-            shared_variant(v, Id::JeMalloc, &JeMalloc, t, dur),
-            shared_variant(v, Id::Mmap, &Mmap, t, dur),
+            shared_variant(v, Id::Limit, &sh.floor, t, dur, &cpus),
+            shared_variant(v, Id::Zonealloc, &sh.za, t, dur, &cpus),
+            shared_variant(v, Id::ZaLocal, &sh.za_local, t, dur, &cpus),
+            shared_variant(v, Id::BsaFrame, &sh.bsa_frame, t, dur, &cpus),
+            shared_variant(v, Id::BsaHeap, &sh.bsa_heap, t, dur, &cpus),
+            shared_variant(v, Id::FaDepot, &sh.fa_depot, t, dur, &cpus),
+            shared_variant(v, Id::FaSummary, &sh.fa_summary, t, dur, &cpus),
+            shared_variant(v, Id::Offset, &sh.offset, t, dur, &cpus),
+            shared_variant(v, Id::Rlsf, &sh.rlsf, t, dur, &cpus),
+            shared_variant(v, Id::MiMalloc, &MiMalloc, t, dur, &cpus),
+            shared_variant(v, Id::JeMalloc, &JeMalloc, t, dur, &cpus),
+            shared_variant(v, Id::Mmap, &Mmap, t, dur, &cpus),
         ]);
     }
     let ids: Handles<(Id, usize)> = ids.into_iter().collect();
-    let s = ctx.compare("1/2/4-thread throughput", &mut variants);
+    let s = ctx.compare("threaded throughput", &mut variants);
     drop(variants);
     let find = |id: Id, t: usize| ids.get((id, t)).of(&s);
     let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
-    for &t in &THREADS {
+    for &t in &threads {
         let rows: Vec<(&str, &Samples)> = Id::ALL
             .iter()
             .map(|&id| (id.threaded_name(), find(id, t)))
@@ -875,10 +884,10 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
     res.notes.push(
         "threads: bsa runs in its own Locked* types (spin::Mutex), offset-allocator and rlsf in a \
          std::sync::Mutex, as their documentation tells a user to lock them; frame-alloc's \
-         SummaryBuddy is retried up to 64 times on its documented spurious OutOfMemory; threads \
-         are not pinned (4 threads share the 2 CPUs)"
+         SummaryBuddy is retried up to 64 times on its documented spurious OutOfMemory"
             .into(),
     );
+    res.notes.push(format!("threads: {}", ctx.pinning_note()));
     res.scaling = Some(Scaling {
         title: "peers: alloc+free throughput against threads (window of 64 order-0 blocks)".into(),
         y_label: "M alloc+free calls/s".into(),
@@ -886,7 +895,7 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
             .iter()
             .map(|&id| Series {
                 name: id.threaded_name().into(),
-                points: THREADS.iter().map(|&t| Point::of(t, find(id, t))).collect(),
+                points: threads.iter().map(|&t| Point::of(t, find(id, t))).collect(),
             })
             .collect(),
     });
