@@ -787,36 +787,22 @@ impl<B: Backend> ZoneAllocator<B> {
         self.free_one_page(z, pfn, order);
     }
 
-    /// Gives blocks of `order` held `Cached` by a `LocalCache` back: to CPU `cpu`'s
-    /// list under one lock hold where `free_frozen` would put them there, else to
-    /// the buddy lists.
-    pub(crate) fn free_cached(
-        &self,
-        z: &Zone,
-        cpu: usize,
-        order: Order,
-        blocks: impl Iterator<Item = Pfn>,
-    ) {
-        let mut pcp = if self.config.pcp.enabled && pcp_allowed_order(order, z.pageblock_order) {
-            z.pcp_trylock(cpu)
-        } else {
-            None
-        };
-        for pfn in blocks {
-            let mt = z.blocks.migratetype(pfn);
-            match pcp.as_mut() {
-                Some(pcp) if mt != Migratetype::Isolate => {
-                    // HighAtomic blocks travel on the movable list, as in `free_frozen`.
-                    let list = if mt.is_mergeable() {
-                        mt
-                    } else {
-                        Migratetype::Movable
-                    };
-                    pcp.free(pfn, order, list, self.config.pcp.prefetch_buddy);
-                }
-                _ => self.free_one_page(z, pfn, order),
+    /// Gives blocks of `order` held `Cached` by a `LocalCache` back to the buddy
+    /// lists, under one zone lock hold, with each buddy's metadata prefetched
+    /// before the lock is taken (the misses overlap instead of queueing in it).
+    pub(crate) fn free_cached(&self, z: &Zone, order: Order, blocks: &[Pfn]) {
+        for &pfn in blocks {
+            let buddy = pfn.buddy(order);
+            if z.contains(buddy) {
+                z.frames.prefetch(z.idx(buddy));
             }
         }
+        let mut zl = z.lock();
+        for &pfn in blocks {
+            zl.free_block_locked(pfn, order, false);
+        }
+        drop(zl);
+        z.events.pgfree.inc((blocks.len() as u64) << order.0);
     }
 
     /// `free_one_page()`: the zone-lock path.

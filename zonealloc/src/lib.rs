@@ -33,7 +33,7 @@
 //! let p = cache.alloc(Order(0)).unwrap();
 //! cache.free(p, Order(0)).unwrap();
 //! assert!(za.free_pages(p, Order(0)).is_err(), "cached: already free");
-//! drop(cache); // gives its blocks back to the per-CPU lists
+//! drop(cache); // gives its blocks back to the buddy lists
 //! ```
 //!
 //! # The public API by task

@@ -16,13 +16,17 @@
 //! racing frees of one block exactly one wins, and every later free, `get_page` or
 //! `split_page` of a cached block is refused (`AlreadyFree`). Only the cache that
 //! holds a `Cached` block changes its state again: to `Alloc` with a release store
-//! when it hands the block out, to `Pcp` under the per-CPU lock when it flushes.
-//! So the common pair costs one atomic read-modify-write (the free's CAS) where the
-//! per-CPU path costs five.
+//! when it hands the block out, to a free block under the zone lock when it flushes.
+//! So the common pair costs one atomic read-modify-write (the free's CAS) and one
+//! release store, and writes no line but the block's own state word; the per-CPU
+//! path costs three read-modify-writes (the free's CAS and each call's lock) and
+//! four release stores, and also writes the list links of neighbouring blocks.
 //!
 //! ```text
-//!   alloc:  pop -> store Alloc                        (refill: one pcp lock, `batch` blocks)
-//!   free:   CAS Alloc -> Cached -> push               (flush:  one pcp lock, `batch` blocks)
+//!   alloc:  pop -> store Alloc          refill: `batch` blocks, this CPU's list first,
+//!                                               the rest from the buddy (one zone lock)
+//!   free:   CAS Alloc -> Cached -> push   flush: `batch` blocks to the buddy (one zone
+//!                                               lock, buddies prefetched before it)
 //! ```
 //!
 //! The cache serves orders up to `PAGE_ALLOC_COSTLY_ORDER` from one zone, the first
@@ -80,8 +84,8 @@ pub struct LocalCache<'a, B: Backend> {
 }
 
 impl<B: Backend> ZoneAllocator<B> {
-    /// A `LocalCache` for requests of `gfp`, refilled from and flushed to the lists
-    /// of the CPU the caller runs on now.
+    /// A `LocalCache` for requests of `gfp`, refilled first from the list of the CPU
+    /// the caller runs on now.
     ///
     /// # Errors
     /// `NoEligibleZone` when no zone of node 0 may serve `gfp`.
@@ -89,8 +93,8 @@ impl<B: Backend> ZoneAllocator<B> {
         self.local_cache_on(self.current_cpu(), gfp)
     }
 
-    /// As `local_cache`, refilled from and flushed to CPU `cpu`'s lists (taken
-    /// modulo `nr_cpus`).
+    /// As `local_cache`, refilled first from CPU `cpu`'s list (taken modulo
+    /// `nr_cpus`).
     ///
     /// # Errors
     /// As `local_cache`.
@@ -135,7 +139,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     }
 
     /// A block of `2^order` frames: from the cache when it holds one, else refilled
-    /// with a batch from the per-CPU list; orders above `PAGE_ALLOC_COSTLY_ORDER` go
+    /// with a batch (see `refill`); orders above `PAGE_ALLOC_COSTLY_ORDER` go
     /// to `alloc_pages`.
     ///
     /// # Errors
@@ -185,9 +189,10 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         za.alloc_pages_node_on(self.cpu, 0, self.gfp, order, 0)
     }
 
-    /// Takes up to `batch` blocks of `order` from the per-CPU list (refilled from
-    /// the buddy lists as usual) under one lock hold, if the zone stays above its
-    /// low watermark with all of them gone.
+    /// Takes up to `batch` blocks of `order`, if the zone stays above its low
+    /// watermark with all of them gone: first what this CPU's list holds, then the
+    /// rest straight from the buddy lists under one zone lock hold (the per-CPU
+    /// list would only pass them through).
     fn refill(&mut self, order: Order) {
         let (za, z) = (self.za, self.zone);
         if !za.config.pcp.enabled
@@ -208,15 +213,27 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         };
         let stack = &mut self.stacks[order.idx()];
         stack.reserve(2 * n);
-        for _ in 0..n {
-            match pcp.rmqueue(order, self.mt, flags, &za.debug.faults, true) {
+        let mut got = 0;
+        while got < n {
+            match pcp.rmqueue(order, self.mt, flags, &za.debug.faults, false) {
                 Some(p) => {
                     z.frames.set_word(z.idx(p), Word::cached(order));
                     stack.push(p);
+                    got += 1;
                 }
                 None => break,
             }
         }
+        if got < n {
+            let taken = z
+                .lock()
+                .rmqueue_bulk(order, self.mt, flags, (n - got) as u64, |p| {
+                    z.frames.set_word(z.idx(p), Word::cached(order));
+                    stack.push(p);
+                });
+            z.events.pgalloc.inc(taken << order.0);
+        }
+        drop(pcp);
     }
 
     /// Frees a block: into the cache when it holds blocks of this order, of this
@@ -268,18 +285,19 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         bt == self.mt || (self.zone.mobility_disabled && bt.is_mergeable())
     }
 
-    /// Gives the `n` oldest blocks of `order` back to the per-CPU list.
+    /// Gives the `n` oldest blocks of `order` back to the buddy lists.
     #[cold]
     #[inline(never)]
     fn flush_order(&mut self, order: Order, n: usize) -> u64 {
         let n = n.min(self.stacks[order.idx()].len());
-        let (za, z, cpu) = (self.za, self.zone, self.cpu);
-        let blocks = self.stacks[order.idx()].drain(..n);
-        za.free_cached(z, cpu, order, blocks);
+        let (za, z) = (self.za, self.zone);
+        let stack = &mut self.stacks[order.idx()];
+        za.free_cached(z, order, &stack[..n]);
+        stack.drain(..n);
         n as u64
     }
 
-    /// Gives every block back to the per-CPU lists. Returns the blocks given back.
+    /// Gives every block back to the buddy lists. Returns the blocks given back.
     pub fn flush(&mut self) -> u64 {
         (0..LOCAL_ORDERS)
             .map(|o| self.flush_order(Order(o as u8), usize::MAX))
