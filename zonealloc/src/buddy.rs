@@ -511,6 +511,24 @@ impl ZoneLocked<'_> {
         Some(pfn)
     }
 
+    /// One block of order `big` for a batch of blocks of `order`, taken only when
+    /// the lists the request draws from hold nothing of an order in between: a
+    /// batch taken block by block would use those smaller blocks first, and so must
+    /// this, to leave the larger blocks whole.
+    pub(crate) fn rmqueue_batch_block(
+        &mut self,
+        order: Order,
+        big: Order,
+        mt: Migratetype,
+        flags: AllocFlags,
+    ) -> Option<Pfn> {
+        let between = ((1u32 << big.0) - 1) & !((1u32 << order.0) - 1);
+        if self.area.nonempty[self.request_type(mt).idx()] & between != 0 {
+            return None;
+        }
+        self.rmqueue_one(big, mt, flags)
+    }
+
     /// `rmqueue_bulk()`'s locked part: up to `count` blocks of `order` for a request
     /// of type `mt`, each handed to `put`, one fallback mode kept across the batch.
     /// Returns how many were taken.

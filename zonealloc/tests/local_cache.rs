@@ -398,3 +398,45 @@ fn threads_with_caches_keep_an_exact_ledger() {
     }
     settled(&za);
 }
+
+#[test]
+fn refills_use_small_free_blocks_before_splitting_a_large_one() {
+    let za = ZoneAllocator::new(Config {
+        nr_cpus: 1,
+        min_free_kbytes: Some(0),
+        ..Config::with_bytes(16 << 20)
+    })
+    .unwrap();
+    // 1,024 unmovable pages, then every odd one whose buddy is also held freed:
+    // free order-0 blocks on the unmovable lists that cannot merge.
+    let held: Vec<Pfn> = (0..1024)
+        .map(|_| za.alloc_pages_on(0, Gfp::KERNEL, Order(0)).unwrap())
+        .collect();
+    let set: std::collections::HashSet<Pfn> = held.iter().copied().collect();
+    let holes: std::collections::HashSet<Pfn> = held
+        .iter()
+        .copied()
+        .filter(|p| p.0 % 2 == 1 && set.contains(&Pfn(p.0 ^ 1)))
+        .collect();
+    assert!(holes.len() >= 2 * LOCAL_CACHE_BATCH);
+    for &p in &holes {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    za.drain_all_pages();
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    let got: Vec<Pfn> = (0..LOCAL_CACHE_BATCH)
+        .map(|_| c.alloc(Order(0)).unwrap())
+        .collect();
+    assert!(
+        got.iter().all(|p| holes.contains(p)),
+        "a refill split a large block while order-0 blocks were free: {got:?}"
+    );
+    for p in got {
+        c.free(p, Order(0)).unwrap();
+    }
+    drop(c);
+    for p in held.into_iter().filter(|p| !holes.contains(p)) {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    settled(&za);
+}
