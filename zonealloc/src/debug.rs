@@ -53,6 +53,14 @@ pub(crate) struct DebugState {
 }
 
 impl DebugState {
+    /// Whether any mode touches pages on the way in or out (poison, init on alloc
+    /// or free): when none does, `alloc_check` and `free_prepare` do nothing.
+    #[inline]
+    pub(crate) fn touches_pages(&self) -> bool {
+        let d = self.cfg;
+        d.poison || d.init_on_alloc || d.init_on_free
+    }
+
     /// The debug state for `cfg`.
     pub(crate) fn new(cfg: DebugConfig) -> DebugState {
         DebugState {

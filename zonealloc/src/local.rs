@@ -79,6 +79,9 @@ pub struct LocalCache<'a, B: Backend> {
     /// The type the cache's requests draw from, and the only pageblock type it
     /// takes frees of (any ordinary type when the zone does not group by mobility).
     mt: Migratetype,
+    /// Neither a debug mode nor `__GFP_ZERO` touches the pages: handing a block out
+    /// is one store, and taking one back needs no page work either.
+    plain: bool,
     batch: usize,
     stacks: [Vec<Pfn>; LOCAL_ORDERS],
 }
@@ -110,6 +113,7 @@ impl<B: Backend> ZoneAllocator<B> {
             cpu: cpu % self.config.nr_cpus.max(1),
             gfp,
             mt: gfp.migratetype(),
+            plain: !self.debug.touches_pages() && !gfp.contains(Gfp::ZERO),
             batch: LOCAL_CACHE_BATCH,
             stacks: Default::default(),
         })
@@ -144,7 +148,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     ///
     /// # Errors
     /// As `alloc_pages`.
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&mut self, order: Order) -> Result<Pfn, AllocError> {
         if let Some(stack) = self.stacks.get_mut(order.idx()) {
             if let Some(pfn) = stack.pop() {
@@ -158,8 +162,20 @@ impl<'a, B: Backend> LocalCache<'a, B> {
 
     /// Publishes a cached block as allocated (after the debug modes' checks);
     /// `None` if the checks retired it.
-    #[inline]
+    #[inline(always)]
     fn hand_out(&self, pfn: Pfn, order: Order) -> Option<Pfn> {
+        if self.plain {
+            let z = self.zone;
+            z.frames.set_word(z.idx(pfn), Word::alloc(order, self.mt));
+            return Some(pfn);
+        }
+        self.hand_out_checked(pfn, order)
+    }
+
+    /// `hand_out` with page work: the debug modes' checks, zeroing.
+    #[cold]
+    #[inline(never)]
+    fn hand_out_checked(&self, pfn: Pfn, order: Order) -> Option<Pfn> {
         let (za, z) = (self.za, self.zone);
         if !za.debug.alloc_check(&za.backend, z, pfn, order) {
             return None;
@@ -260,7 +276,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     ///
     /// # Errors
     /// As `free_pages`; nothing is changed then.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         let (za, z) = (self.za, self.zone);
         let local = order.idx() < LOCAL_ORDERS
@@ -288,7 +304,9 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         if new.tag() != Tag::Cached {
             return Ok(());
         }
-        za.debug.free_prepare(&za.backend, pfn, order);
+        if !self.plain {
+            za.debug.free_prepare(&za.backend, pfn, order);
+        }
         let stack = &mut self.stacks[order.idx()];
         stack.push(pfn);
         if stack.len() >= 2 * (self.batch >> order.0).max(1) {
