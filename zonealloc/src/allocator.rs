@@ -59,6 +59,10 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     zonelists: Box<[Box<[usize]>]>,
     /// Per node: the zone index of each zone type present.
     node_zones: Box<[[Option<usize>; MAX_NR_ZONES]]>,
+    /// Per node and highest zone type a request may use: its preferred zone (the
+    /// first eligible one of the zonelist) and whether it should rather spill into
+    /// DMA32 than fragment it (`alloc_flags_nofragment()`). Fixed at construction.
+    preferred: Box<[[Option<(usize, bool)>; MAX_NR_ZONES]]>,
     min_free_kbytes: u64,
     pub(crate) backend: B,
     pub(crate) debug: DebugState,
@@ -149,7 +153,7 @@ impl<B: Backend> ZoneAllocator<B> {
             .collect();
         lookup.sort_unstable();
         let nr_nodes = config.nodes.len();
-        let zonelists = (0..nr_nodes)
+        let zonelists: Box<[Box<[usize]>]> = (0..nr_nodes)
             .map(|nid| {
                 let mut order: Vec<usize> = (0..nr_nodes).collect();
                 order.sort_by_key(|&n| (n as isize - nid as isize).unsigned_abs());
@@ -164,6 +168,22 @@ impl<B: Backend> ZoneAllocator<B> {
                     .into_boxed_slice()
             })
             .collect();
+        let preferred = zonelists
+            .iter()
+            .map(|list| {
+                ZoneType::ALL.map(|highest| {
+                    let first = list
+                        .iter()
+                        .copied()
+                        .find(|&zi| zones[zi].zone_type() <= highest)?;
+                    let z = &zones[first];
+                    let nofragment = z.zone_type() == ZoneType::Normal
+                        && node_zones[z.id.node as usize][ZoneType::Dma32.idx()]
+                            .is_some_and(|zi| zones[zi].present > 0);
+                    Some((first, nofragment))
+                })
+            })
+            .collect();
         let debug = config.debug;
         let mut za = ZoneAllocator {
             min_free_kbytes: 0,
@@ -172,6 +192,7 @@ impl<B: Backend> ZoneAllocator<B> {
             lookup: lookup.into_boxed_slice(),
             zonelists,
             node_zones: node_zones.into_boxed_slice(),
+            preferred,
             backend,
             debug: DebugState::new(debug),
         };
@@ -426,16 +447,12 @@ impl<B: Backend> ZoneAllocator<B> {
         if order > self.config.max_order {
             return Err(AllocError::InvalidOrder(order));
         }
-        let zonelist = self
-            .zonelists
-            .get(nid as usize)
-            .ok_or(AllocError::InvalidNode(nid))?;
         let highest = gfp.highest_zone();
-        let first = zonelist
-            .iter()
-            .copied()
-            .find(|&zi| self.zones[zi].zone_type() <= highest)
-            .ok_or(AllocError::NoEligibleZone)?;
+        let (first, nofragment) = self
+            .preferred
+            .get(nid as usize)
+            .ok_or(AllocError::InvalidNode(nid))?[highest.idx()]
+        .ok_or(AllocError::NoEligibleZone)?;
         let req = Request {
             cpu,
             nid,
@@ -447,7 +464,7 @@ impl<B: Backend> ZoneAllocator<B> {
             head_flags,
         };
         let mut fast = AllocFlags::fast(gfp, order.0);
-        if self.nofragment(&req) {
+        if nofragment {
             fast = fast | AllocFlags::NOFRAGMENT;
         }
         if let Some(p) = self.get_page_from_freelist(&req, fast) {
@@ -473,15 +490,6 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         Err(AllocError::NoMemory { order })
-    }
-
-    /// `alloc_flags_nofragment()`: a Normal-zone request on a node that also has a
-    /// DMA32 zone should rather spill into DMA32 than fragment Normal.
-    fn nofragment(&self, req: &Request) -> bool {
-        let z = &self.zones[req.first];
-        z.zone_type() == ZoneType::Normal
-            && self.node_zones[z.id.node as usize][ZoneType::Dma32.idx()]
-                .is_some_and(|zi| self.zones[zi].present > 0)
     }
 
     /// `get_page_from_freelist()`: one pass over the zonelist.
