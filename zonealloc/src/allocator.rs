@@ -48,6 +48,9 @@ use crate::types::Wmark;
 use crate::types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES};
 use crate::zone::{Zone, ZONE_BELOW_HIGH};
 
+/// A request's preferred zone (index into `zones`) and its nofragment choice.
+type Preferred = (usize, bool);
+
 /// A zoned buddy page allocator over the frames described by a `Config`.
 pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     pub(crate) config: Config,
@@ -62,7 +65,7 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// Per node and highest zone type a request may use: its preferred zone (the
     /// first eligible one of the zonelist) and whether it should rather spill into
     /// DMA32 than fragment it (`alloc_flags_nofragment()`). Fixed at construction.
-    preferred: Box<[[Option<(usize, bool)>; MAX_NR_ZONES]]>,
+    preferred: Box<[[Option<Preferred>; MAX_NR_ZONES]]>,
     min_free_kbytes: u64,
     pub(crate) backend: B,
     pub(crate) debug: DebugState,
