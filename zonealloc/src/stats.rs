@@ -619,6 +619,19 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         entries.push(("pgfree".into(), pgfree));
+        let c = self.compaction_stats();
+        for (name, v) in [
+            ("pgmigrate_success", c.pgmigrate_success),
+            ("pgmigrate_fail", c.pgmigrate_fail),
+            ("compact_migrate_scanned", c.compact_migrate_scanned),
+            ("compact_free_scanned", c.compact_free_scanned),
+            ("compact_isolated", c.compact_isolated),
+            ("compact_stall", c.compact_stall),
+            ("compact_fail", c.compact_fail),
+            ("compact_success", c.compact_success),
+        ] {
+            entries.push((name.into(), v));
+        }
         VmStat { entries }
     }
 
