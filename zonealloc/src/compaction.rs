@@ -762,9 +762,8 @@ impl<B: Backend> ZoneAllocator<B> {
             }
             let lo = blk.max(z.start_pfn);
             let hi = (blk + pb_nr).min(z.end_pfn());
-            // `suitable_migration_target()`: movable blocks, never isolated ones.
             let mt = z.blocks.migratetype(Pfn(lo));
-            if mt != Migratetype::Movable {
+            if !suitable_migration_target(z, mt) {
                 st.skip[bi] = true;
                 continue;
             }
@@ -793,7 +792,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     // The counter is stored once, at the end: subtract what this
                     // hold took so far.
                     let free_now = z.nr_free_pages().saturating_sub(taken);
-                    if mt != Migratetype::Movable
+                    if !suitable_migration_target(z, mt)
                         || z.frames.word(z.idx(p)) != Word::buddy(o)
                         || free_now < min + o.nr_pages()
                     {
@@ -814,6 +813,14 @@ impl<B: Backend> ZoneAllocator<B> {
             st.skip[bi] = true;
         }
     }
+}
+
+/// `suitable_migration_target()`: free blocks of movable pageblocks, so that
+/// movable pages stay grouped; never isolated or highatomic ones. A zone without
+/// mobility grouping (where every allocation may retype a block) takes any
+/// ordinary type.
+fn suitable_migration_target(z: &Zone, mt: Migratetype) -> bool {
+    mt == Migratetype::Movable || (z.mobility_disabled && mt.is_mergeable())
 }
 
 /// Takes a private target of `order`, splitting the smallest larger one; the
