@@ -32,6 +32,12 @@
 //! free scanner found nothing, gets a *skip hint* and is passed over by later runs
 //! until a run completes (scanners met), after which every hint is cleared. The
 //! scanners' positions are cached between runs, as `compact_cached_*_pfn` are.
+//! Direct compaction first resumes from the cached positions with the hints in
+//! force; if its scanners meet without a block, it runs once more over the whole
+//! zone with the hints ignored and targets taken from any ordinary pageblock, as
+//! Linux escalates to `MIN_COMPACT_PRIORITY` (`ignore_skip_hint`,
+//! `ignore_block_suitable`). Explicit and proactive runs cover the whole zone with
+//! the hints ignored, targets in movable pageblocks only.
 //!
 //! # When to compact
 //!
@@ -59,10 +65,10 @@ use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::buddy::FreeDelta;
 use crate::counter::Counter;
+use crate::fragindex::{contig_page_info, fragmentation_index};
 use crate::frame::{Tag, Word};
 use crate::migrate::{is_movable_candidate, Migrate, Step};
 use crate::pcp::PAGE_ALLOC_COSTLY_ORDER;
-use crate::stats::{contig_page_info, fragmentation_index};
 use crate::sync::{AtomicU32, Lock, Ordering, TryLock};
 use crate::types::{Migratetype, Order, Pfn, Wmark, ZoneId, ZoneType, MIGRATE_PCPTYPES};
 use crate::zone::Zone;
@@ -248,12 +254,30 @@ fn last_block(z: &Zone) -> u64 {
     (z.end_pfn().saturating_sub(1) & !(pb_nr - 1)).max(z.start_pfn & !(pb_nr - 1))
 }
 
+/// How hard a run tries (`enum compact_priority`, and the explicit runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Prio {
+    /// Direct compaction's first try: from the cached scanner positions, hinted
+    /// pageblocks passed over, targets in movable pageblocks only.
+    Async,
+    /// Explicit and proactive runs (`compact_node`): the whole zone from its
+    /// edges, hints ignored, targets in movable pageblocks only.
+    Whole,
+    /// Direct compaction's last try (`MIN_COMPACT_PRIORITY`): as `Whole`, and
+    /// targets in any ordinary pageblock (`ignore_block_suitable`).
+    SyncFull,
+}
+
 /// One run's control block (`struct compact_control`).
 struct Control<'m> {
     /// Order asked for; `None`: compact the whole zone.
     order: Option<Order>,
     /// Proactive: stop when the zone's score reaches the low watermark.
     proactive_low: Option<u64>,
+    /// Look at hinted pageblocks too.
+    ignore_skip: bool,
+    /// Take targets in any ordinary pageblock, not only movable ones.
+    ignore_block_suitable: bool,
     /// Blocks isolated by the migration scanner: the next pageblock it looks at.
     migrate_pfn: u64,
     /// The next pageblock the free scanner looks at (going down).
@@ -337,8 +361,9 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// `compact_zone()`: compacts zone `id` through `m` until a free block of
     /// `order` exists, or over the whole zone (`None`) until the scanners meet.
-    /// Explicit calls ignore deferral and suitability (as a write to
-    /// `/proc/sys/vm/compact_memory` does) but not another thread's run.
+    /// Explicit calls scan the whole zone from its edges with the skip hints
+    /// ignored, and ignore deferral and suitability (as a write to
+    /// `/proc/sys/vm/compact_memory` does); they wait for another thread's run.
     ///
     /// # Errors
     /// `NoZone`, `InvalidOrder`; nothing changes then.
@@ -375,7 +400,7 @@ impl<B: Backend> ZoneAllocator<B> {
             .find(|z| z.id == id && z.present > 0)
             .ok_or(CompactError::NoZone)?;
         let mut st = self.compact.zones[z.index].lock();
-        Ok(self.compact_zone_locked(z, &mut st, order, None, m))
+        Ok(self.compact_zone_locked(z, &mut st, order, None, Prio::Whole, m))
     }
 
     /// `compact_node()`: `compact_zone` on every populated zone of node `nid`.
@@ -439,7 +464,7 @@ impl<B: Backend> ZoneAllocator<B> {
             let Some(mut st) = self.compact.zones[z.index].try_lock() else {
                 continue;
             };
-            total.add(&self.compact_zone_locked(z, &mut st, None, Some(low), &*m));
+            total.add(&self.compact_zone_locked(z, &mut st, None, Some(low), Prio::Whole, &*m));
         }
         Some(total)
     }
@@ -487,15 +512,24 @@ impl<B: Backend> ZoneAllocator<B> {
                 stalled = true;
                 c.stall.inc(1);
             }
-            let r = self.compact_zone_locked(z, &mut st, Some(order), None, &*m);
-            let got = retry();
-            if got.is_some() {
-                compaction_defer_reset(&mut st, order, true);
-                c.success.inc(1);
-                return got;
-            }
-            if r.result == Some(CompactResult::Complete) {
-                defer_compaction(&mut st, order);
+            // First from where the last run stopped, passing over hinted blocks;
+            // if the scanners meet without a block, once more over the whole zone
+            // at the highest priority (Linux's escalation).
+            for prio in [Prio::Async, Prio::SyncFull] {
+                let full = prio == Prio::SyncFull;
+                let r = self.compact_zone_locked(z, &mut st, Some(order), None, prio, &*m);
+                let got = retry();
+                if got.is_some() {
+                    compaction_defer_reset(&mut st, order, true);
+                    c.success.inc(1);
+                    return got;
+                }
+                if r.result != Some(CompactResult::Complete) {
+                    break;
+                }
+                if full {
+                    defer_compaction(&mut st, order);
+                }
             }
         }
         if stalled {
@@ -526,15 +560,17 @@ impl<B: Backend> ZoneAllocator<B> {
     // The run
     // -------------------------------------------------------------------------
 
-    /// `compact_zone()` with the zone's compaction lock held.
+    /// `compact_zone()` with the zone's compaction lock held, at priority `prio`.
     fn compact_zone_locked(
         &self,
         z: &Zone,
         st: &mut ZoneCompact,
         order: Option<Order>,
         proactive_low: Option<u64>,
+        prio: Prio,
         m: &dyn Migrate,
     ) -> CompactReport {
+        let full = prio != Prio::Async;
         let pb_nr = z.pageblock_order.nr_pages();
         if st.blockskip_flush {
             st.skip.iter_mut().for_each(|s| *s = false);
@@ -547,11 +583,18 @@ impl<B: Backend> ZoneAllocator<B> {
         if st.free_pfn < first || st.free_pfn > last_block(z) {
             st.free_pfn = last_block(z);
         }
+        let (migrate_pfn, free_pfn) = if full {
+            (first, last_block(z))
+        } else {
+            (st.migrate_pfn, st.free_pfn)
+        };
         let mut cc = Control {
             order,
             proactive_low,
-            migrate_pfn: st.migrate_pfn,
-            free_pfn: st.free_pfn,
+            ignore_skip: full,
+            ignore_block_suitable: prio == Prio::SyncFull,
+            migrate_pfn,
+            free_pfn,
             targets: Vec::new(),
             migrator: m,
             report: CompactReport::default(),
@@ -568,7 +611,7 @@ impl<B: Backend> ZoneAllocator<B> {
             }
             cc.migrate_pfn = blk + pb_nr;
             let bi = z.blocks.index(Pfn(blk));
-            if st.skip[bi] {
+            if st.skip[bi] && !cc.ignore_skip {
                 continue;
             }
             let sources = self.isolate_migratepages_block(z, blk, &mut cc);
@@ -757,13 +800,13 @@ impl<B: Backend> ZoneAllocator<B> {
                 }
             };
             let bi = z.blocks.index(Pfn(blk.max(z.start_pfn)));
-            if st.skip[bi] {
+            if st.skip[bi] && !cc.ignore_skip {
                 continue;
             }
             let lo = blk.max(z.start_pfn);
             let hi = (blk + pb_nr).min(z.end_pfn());
             let mt = z.blocks.migratetype(Pfn(lo));
-            if !suitable_migration_target(z, mt) {
+            if !suitable_migration_target(z, mt, cc.ignore_block_suitable) {
                 st.skip[bi] = true;
                 continue;
             }
@@ -792,7 +835,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     // The counter is stored once, at the end: subtract what this
                     // hold took so far.
                     let free_now = z.nr_free_pages().saturating_sub(taken);
-                    if !suitable_migration_target(z, mt)
+                    if !suitable_migration_target(z, mt, cc.ignore_block_suitable)
                         || z.frames.word(z.idx(p)) != Word::buddy(o)
                         || free_now < min + o.nr_pages()
                     {
@@ -816,11 +859,12 @@ impl<B: Backend> ZoneAllocator<B> {
 }
 
 /// `suitable_migration_target()`: free blocks of movable pageblocks, so that
-/// movable pages stay grouped; never isolated or highatomic ones. A zone without
-/// mobility grouping (where every allocation may retype a block) takes any
-/// ordinary type.
-fn suitable_migration_target(z: &Zone, mt: Migratetype) -> bool {
-    mt == Migratetype::Movable || (z.mobility_disabled && mt.is_mergeable())
+/// movable pages stay grouped; never isolated or highatomic ones. At the highest
+/// priority (`ignore_block_suitable`), and in a zone without mobility grouping
+/// (where every allocation may retype a block), any ordinary type.
+fn suitable_migration_target(z: &Zone, mt: Migratetype, ignore_block_suitable: bool) -> bool {
+    mt == Migratetype::Movable
+        || ((ignore_block_suitable || z.mobility_disabled) && mt.is_mergeable())
 }
 
 /// Takes a private target of `order`, splitting the smallest larger one; the

@@ -39,16 +39,19 @@
 //!
 //! # Layers, one module each, following the allocation path
 //!
-//! Lowest first. A module imports only from the rows above it, with one exception
+//! Lowest first. A module imports only from the rows above it, with two exceptions
 //! kept from Linux: a zone owns its per-CPU slots (`struct zone` has
-//! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on zones.
+//! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on zones;
+//! and the allocation slow path compacts directly (`__alloc_pages_direct_compact`),
+//! so `allocator` holds the compaction state and makes one call into `compaction`.
 //! `buddy` and `isolate` add zone-lock-held methods to `zone`'s `ZoneLocked` guard,
-//! and `owned`, `contig`, `migrate`, `compaction`, `page_frag`, `stats` and `check` add methods to
-//! `ZoneAllocator`: each extends the layer below it, never the other way.
+//! and `owned`, `contig`, `migrate`, `compaction`, `page_frag`, `stats` and `check`
+//! add methods to `ZoneAllocator`: each extends the layer below it, never the other
+//! way.
 //!
 //! | module | layer |
 //! |---|---|
-//! | `types`, `sync`, `error`, `gfp`, `counter`, `fault`, `config` | vocabulary, locks and atomics (loom-swappable), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables |
+//! | `types`, `sync`, `error`, `gfp`, `counter`, `fault`, `config`, `fragindex` | vocabulary, locks and atomics (loom-swappable), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables, the fragmentation indices' arithmetic |
 //! | `frame` | per-frame metadata (16 bytes), the frame state machine, intrusive lists |
 //! | `pageblock` | pageblock migratetypes and isolation bits |
 //! | `backend`, `arena`, `os` | what stands behind the frames; the current CPU |
@@ -86,6 +89,7 @@ mod counter;
 mod debug;
 mod error;
 mod fault;
+mod fragindex;
 mod frame;
 mod gfp;
 mod isolate;

@@ -32,6 +32,8 @@ use std::thread;
 
 use zonealloc::*;
 
+#[path = "support/figures.rs"]
+mod figures;
 #[path = "support/settled.rs"]
 mod support;
 use support::settled;
@@ -306,6 +308,25 @@ fn compaction_beside_allocating_and_freeing_threads_keeps_the_ledger_exact() {
     assert!(
         stats.pgmigrate_success > 0,
         "nothing was moved: the test proved nothing"
+    );
+    figures::record(
+        "stress-compaction",
+        env!("CARGO_MANIFEST_DIR"),
+        &[
+            ("operations".into(), WORKERS as u64 * ops + runs),
+            ("threads".into(), WORKERS as u64 + 1),
+            ("invariant_checks".into(), 1),
+            (
+                "invariant_assertions".into(),
+                sh.checks.load(Ordering::Relaxed) + states_checked,
+            ),
+            ("pages_migrated".into(), stats.pgmigrate_success),
+            ("violations".into(), violations.len() as u64),
+            (
+                "frames_lost".into(),
+                sh.za.managed_pages() - (sh.za.nr_free_pages() + owned),
+            ),
+        ],
     );
 
     sh.za.set_migrator(None);
