@@ -10,6 +10,63 @@
 //! copies the bytes for it: `Migration::copy_contents`) and switches its references
 //! to the new block, or refuses (the block is pinned, or no longer the owner's).
 //!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::{Arc, Mutex};
+//! use zonealloc::{ArenaOptions, Config, Gfp, Migrate, MigrateOutcome, Order, Pfn, ZoneAllocator};
+//!
+//! /// An owner of movable pages: buffer id -> the page holding it.
+//! #[derive(Default)]
+//! struct Buffers(Mutex<HashMap<u64, Pfn>>);
+//!
+//! impl Migrate for Buffers {
+//!     // The default `migrate` has copied the bytes (an Arena backend) and asks the
+//!     // owner to switch its references; a block it does not hold stays put.
+//!     fn relocate(&self, old: Pfn, new: Pfn, _order: Order) -> MigrateOutcome {
+//!         match self.0.lock().unwrap().values_mut().find(|p| **p == old) {
+//!             Some(p) => {
+//!                 *p = new;
+//!                 MigrateOutcome::Moved
+//!             }
+//!             None => MigrateOutcome::Refused,
+//!         }
+//!     }
+//! }
+//!
+//! let config = Config { nr_cpus: 1, ..Config::with_bytes(16 << 20) };
+//! let za = ZoneAllocator::with_arena(config, ArenaOptions::default()).unwrap();
+//! let owner = Arc::new(Buffers::default());
+//! za.set_migrator(Some(owner.clone()));
+//!
+//! // Fill memory with movable pages and keep every fourth: every pageblock keeps
+//! // some, so no free order-9 block is left while three quarters are free.
+//! let mut pages = Vec::new();
+//! while let Ok(p) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NORETRY, Order(0)) {
+//!     pages.push(p);
+//! }
+//! for p in pages {
+//!     if p.0 % 4 != 0 {
+//!         za.free_pages(p, Order(0)).unwrap();
+//!         continue;
+//!     }
+//!     let page = za.page_address(p).unwrap().as_ptr();
+//!     // SAFETY: the arena maps a 4 KiB page at each frame's address, and this
+//!     // allocated page is ours alone.
+//!     unsafe { page.write_bytes(p.0 as u8 | 1, 4096) };
+//!     owner.0.lock().unwrap().insert(p.0, p);
+//! }
+//!
+//! // An order-9 request compacts: pages move, their bytes with them.
+//! let huge = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(9)).unwrap();
+//! assert!(za.compaction_stats().pgmigrate_success > 0);
+//! for (&id, &p) in owner.0.lock().unwrap().iter() {
+//!     // SAFETY: as above.
+//!     let first = unsafe { *za.page_address(p).unwrap().as_ptr() };
+//!     assert_eq!(first, id as u8 | 1);
+//! }
+//! za.free_pages(huge, Order(9)).unwrap();
+//! ```
+//!
 //! # The isolate-migrate-putback protocol
 //!
 //! A block is a candidate when its head is `Alloc` with the `Movable` type and no

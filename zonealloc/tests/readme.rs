@@ -1,8 +1,10 @@
-//! Keeps the README honest: its example is the crate documentation's (a doctest, so it
-//! compiles and runs), and its two commands are the ones CI runs.
+//! Keeps the README honest: its examples are the crate documentation's and the
+//! `migrate` module's (doctests, so they compile and run), and its two commands are
+//! the ones CI runs.
 
 const README: &str = include_str!("../../README.md");
 const LIB_RS: &str = include_str!("../src/lib.rs");
+const MIGRATE_RS: &str = include_str!("../src/migrate.rs");
 const CI_RUN: &str = include_str!("../../.ci/run");
 const CI_TEST: &str = include_str!("../../.ci/test");
 
@@ -25,9 +27,9 @@ fn fenced_blocks(md: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The first code block of `lib.rs`'s crate documentation (`//!` lines).
-fn crate_doc_example() -> String {
-    let doc: String = LIB_RS
+/// The first code block of a module's `//!` documentation.
+fn module_doc_example(src: &str) -> String {
+    let doc: String = src
         .lines()
         .filter_map(|l| l.strip_prefix("//!"))
         .map(|l| format!("{}\n", l.strip_prefix(' ').unwrap_or(l)))
@@ -35,8 +37,13 @@ fn crate_doc_example() -> String {
     fenced_blocks(&doc)
         .into_iter()
         .next()
-        .expect("lib.rs has a doc example")
+        .expect("the module has a doc example")
         .1
+}
+
+/// The first code block of `lib.rs`'s crate documentation (`//!` lines).
+fn crate_doc_example() -> String {
+    module_doc_example(LIB_RS)
 }
 
 #[test]
@@ -46,12 +53,18 @@ fn readme_example_is_the_crate_doc_example() {
         .filter(|(info, _)| info == "rust")
         .map(|b| b.1)
         .collect();
-    assert_eq!(rust.len(), 1, "the README has one Rust example");
+    assert_eq!(rust.len(), 2, "the README has two Rust examples");
     assert_eq!(
         rust[0],
         crate_doc_example(),
         "README.md's example must equal zonealloc/src/lib.rs's crate doc example \
          (the doctest that proves it compiles)"
+    );
+    assert_eq!(
+        rust[1],
+        module_doc_example(MIGRATE_RS),
+        "README.md's compaction example must equal zonealloc/src/migrate.rs's module \
+         doc example (the doctest that proves it runs)"
     );
 }
 
