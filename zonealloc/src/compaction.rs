@@ -36,8 +36,12 @@
 //! force; if its scanners meet without a block, it runs once more over the whole
 //! zone with the hints ignored and targets taken from any ordinary pageblock, as
 //! Linux escalates to `MIN_COMPACT_PRIORITY` (`ignore_skip_hint`,
-//! `ignore_block_suitable`). Explicit and proactive runs cover the whole zone with
-//! the hints ignored, targets in movable pageblocks only.
+//! `ignore_block_suitable`). That last run also does what Linux's does not: when its
+//! scanners meet, the migration scanner goes on to the zone's end, taking targets
+//! upward from the zone's start, strictly below the pageblock it empties. The blocks
+//! there are those it passed: holes in pageblocks pinned by unmovable pages, which
+//! the meeting scanners leave unused. Explicit and proactive runs cover the whole
+//! zone with the hints ignored, targets in movable pageblocks only.
 //!
 //! # When to compact
 //!
@@ -263,8 +267,9 @@ enum Prio {
     /// Explicit and proactive runs (`compact_node`): the whole zone from its
     /// edges, hints ignored, targets in movable pageblocks only.
     Whole,
-    /// Direct compaction's last try (`MIN_COMPACT_PRIORITY`): as `Whole`, and
-    /// targets in any ordinary pageblock (`ignore_block_suitable`).
+    /// Direct compaction's last try (`MIN_COMPACT_PRIORITY`): as `Whole`, with
+    /// targets in any ordinary pageblock (`ignore_block_suitable`), going on past
+    /// the scanners' meeting point (see the module documentation).
     SyncFull,
 }
 
@@ -282,6 +287,13 @@ struct Control<'m> {
     migrate_pfn: u64,
     /// The next pageblock the free scanner looks at (going down).
     free_pfn: u64,
+    /// The free scanner has met the migration scanner (or the zone's start).
+    free_done: bool,
+    /// After the scanners meet, go on: targets from the zone's start upward,
+    /// strictly below the block being emptied (`Prio::SyncFull`).
+    wrap: bool,
+    /// Wrapped: the next pageblock to take targets from, going up.
+    low_free: Option<u64>,
     /// Private free blocks (`Frozen` heads): migration targets.
     targets: Vec<(Pfn, Order)>,
     migrator: &'m dyn Migrate,
@@ -595,6 +607,9 @@ impl<B: Backend> ZoneAllocator<B> {
             ignore_block_suitable: prio == Prio::SyncFull,
             migrate_pfn,
             free_pfn,
+            free_done: false,
+            wrap: prio == Prio::SyncFull,
+            low_free: None,
             targets: Vec::new(),
             migrator: m,
             report: CompactReport::default(),
@@ -606,8 +621,17 @@ impl<B: Backend> ZoneAllocator<B> {
                 break r;
             }
             let blk = cc.migrate_pfn;
-            if blk > cc.free_pfn {
+            if blk >= z.end_pfn() {
                 break CompactResult::Complete;
+            }
+            if cc.low_free.is_none() && (cc.free_done || blk > cc.free_pfn) {
+                if !cc.wrap {
+                    break CompactResult::Complete;
+                }
+                // The scanners met: go on, taking targets below (see
+                // `isolate_freepages`).
+                cc.free_done = true;
+                cc.low_free = Some(first);
             }
             cc.migrate_pfn = blk + pb_nr;
             let bi = z.blocks.index(Pfn(blk));
@@ -630,10 +654,11 @@ impl<B: Backend> ZoneAllocator<B> {
                 zl.free_block_locked(p, o, false);
             }
         }
-        if result == CompactResult::Complete {
+        if result == CompactResult::Complete || cc.low_free.is_some() {
+            // A completed or wrapped run leaves nothing to resume.
             st.migrate_pfn = first;
             st.free_pfn = last_block(z);
-            st.blockskip_flush = true;
+            st.blockskip_flush |= result == CompactResult::Complete;
         } else {
             st.migrate_pfn = cc.migrate_pfn;
             st.free_pfn = cc.free_pfn;
@@ -779,82 +804,111 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// `isolate_freepages()`: scans pageblocks down from the free scanner's position
-    /// until one yields free blocks below pageblock order, and takes them (each
-    /// checked again under the zone lock, and only while the zone stays above its
-    /// min watermark). `false` if the scanners met first.
+    /// until one yields free blocks below pageblock order, and takes them. `false`
+    /// if the scanners met first. A run that may wrap (`Prio::SyncFull`) then goes
+    /// on upward from the zone's start, strictly below the pageblock being emptied:
+    /// the blocks the migration scanner passed, whose holes (pageblocks it could
+    /// not empty) Linux's scanners never reach.
     fn isolate_freepages(&self, z: &Zone, st: &mut ZoneCompact, cc: &mut Control<'_>) -> bool {
-        let pb = z.pageblock_order;
-        let pb_nr = pb.nr_pages();
+        let pb_nr = z.pageblock_order.nr_pages();
+        let first = z.start_pfn & !(pb_nr - 1);
         loop {
-            let blk = cc.free_pfn;
-            // The free scanner stays strictly above the migration scanner's blocks.
-            if blk < cc.migrate_pfn || blk < z.start_pfn & !(pb_nr - 1) {
-                return false;
-            }
-            cc.free_pfn = match blk.checked_sub(pb_nr) {
-                Some(b) => b,
-                None => {
-                    // Below frame 0: mark the scanner as done.
-                    cc.migrate_pfn = u64::MAX;
+            let blk = if let Some(low) = cc.low_free {
+                let source = cc.migrate_pfn.saturating_sub(pb_nr);
+                if low >= source {
                     return false;
                 }
-            };
-            let bi = z.blocks.index(Pfn(blk.max(z.start_pfn)));
-            if st.skip[bi] && !cc.ignore_skip {
-                continue;
-            }
-            let lo = blk.max(z.start_pfn);
-            let hi = (blk + pb_nr).min(z.end_pfn());
-            let mt = z.blocks.migratetype(Pfn(lo));
-            if !suitable_migration_target(z, mt, cc.ignore_block_suitable) {
-                st.skip[bi] = true;
-                continue;
-            }
-            let mut found = Vec::new();
-            let mut p = lo;
-            while p < hi {
-                let w = z.frames.word(z.idx(Pfn(p)));
-                match w.tag() {
-                    Tag::Buddy | Tag::Pcp | Tag::Frozen | Tag::Alloc => {
-                        if w.tag() == Tag::Buddy && w.order() < pb {
-                            found.push((Pfn(p), w.order()));
-                        }
-                        p += w.order().nr_pages();
-                    }
-                    _ => p += 1,
-                }
-            }
-            cc.report.free_scanned += hi - lo;
-            let mut taken = 0;
-            if !found.is_empty() {
-                let mut zl = z.lock();
-                let min = z.wmark(Wmark::Min);
-                let mut d = FreeDelta::default();
-                for (p, o) in found {
-                    let mt = z.blocks.migratetype(p);
-                    // The counter is stored once, at the end: subtract what this
-                    // hold took so far.
-                    let free_now = z.nr_free_pages().saturating_sub(taken);
-                    if !suitable_migration_target(z, mt, cc.ignore_block_suitable)
-                        || z.frames.word(z.idx(p)) != Word::buddy(o)
-                        || free_now < min + o.nr_pages()
-                    {
+                cc.low_free = Some(low + pb_nr);
+                low
+            } else {
+                let blk = cc.free_pfn;
+                // The free scanner stays strictly above the migration scanner's blocks.
+                if cc.free_done || blk < cc.migrate_pfn {
+                    cc.free_done = true;
+                    if cc.wrap {
+                        cc.low_free = Some(first);
                         continue;
                     }
-                    zl.del_from_free_list(p, o, mt);
-                    d = d.with(-(o.nr_pages() as i64), mt);
-                    z.frames.set_word(z.idx(p), Word::frozen(o));
-                    cc.targets.push((p, o));
-                    taken += o.nr_pages();
+                    return false;
                 }
-                d.apply(&zl);
-            }
-            cc.report.isolated += taken;
-            if taken > 0 {
+                match blk.checked_sub(pb_nr) {
+                    Some(b) if b >= first => cc.free_pfn = b,
+                    _ => cc.free_done = true,
+                }
+                blk
+            };
+            if self.isolate_freepages_block(z, st, cc, blk) {
                 return true;
             }
+        }
+    }
+
+    /// `isolate_freepages_block()`: takes the free blocks below pageblock order of
+    /// the pageblock at `blk` as targets (each checked again under the zone lock, and
+    /// only while the zone stays above its min watermark). Whether it took any.
+    fn isolate_freepages_block(
+        &self,
+        z: &Zone,
+        st: &mut ZoneCompact,
+        cc: &mut Control<'_>,
+        blk: u64,
+    ) -> bool {
+        let pb = z.pageblock_order;
+        let lo = blk.max(z.start_pfn);
+        let hi = (blk + pb.nr_pages()).min(z.end_pfn());
+        let bi = z.blocks.index(Pfn(lo));
+        if st.skip[bi] && !cc.ignore_skip {
+            return false;
+        }
+        let mt = z.blocks.migratetype(Pfn(lo));
+        if !suitable_migration_target(z, mt, cc.ignore_block_suitable) {
+            st.skip[bi] = true;
+            return false;
+        }
+        let mut found = Vec::new();
+        let mut p = lo;
+        while p < hi {
+            let w = z.frames.word(z.idx(Pfn(p)));
+            match w.tag() {
+                Tag::Buddy | Tag::Pcp | Tag::Frozen | Tag::Alloc => {
+                    if w.tag() == Tag::Buddy && w.order() < pb {
+                        found.push((Pfn(p), w.order()));
+                    }
+                    p += w.order().nr_pages();
+                }
+                _ => p += 1,
+            }
+        }
+        cc.report.free_scanned += hi - lo;
+        let mut taken = 0;
+        if !found.is_empty() {
+            let mut zl = z.lock();
+            let min = z.wmark(Wmark::Min);
+            let mut d = FreeDelta::default();
+            for (p, o) in found {
+                let mt = z.blocks.migratetype(p);
+                // The counter is stored once, at the end: subtract what this hold
+                // took so far.
+                let free_now = z.nr_free_pages().saturating_sub(taken);
+                if !suitable_migration_target(z, mt, cc.ignore_block_suitable)
+                    || z.frames.word(z.idx(p)) != Word::buddy(o)
+                    || free_now < min + o.nr_pages()
+                {
+                    continue;
+                }
+                zl.del_from_free_list(p, o, mt);
+                d = d.with(-(o.nr_pages() as i64), mt);
+                z.frames.set_word(z.idx(p), Word::frozen(o));
+                cc.targets.push((p, o));
+                taken += o.nr_pages();
+            }
+            d.apply(&zl);
+        }
+        cc.report.isolated += taken;
+        if taken == 0 {
             st.skip[bi] = true;
         }
+        taken > 0
     }
 }
 

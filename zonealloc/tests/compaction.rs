@@ -386,3 +386,75 @@ fn proactive_compaction_lowers_the_fragmentation_score() {
     free_all(&za, &owner);
     settled(&za);
 }
+
+/// Blocks 0-3 hold one unmovable page in four (Unmovable pageblocks, 384 free
+/// frames each); blocks 4-7 hold movable pages, seven in eight. Emptying block 4
+/// takes 448 targets, and the 192 free frames of blocks 5-7 above it are too few:
+/// the scanners meet. The last priority goes on with the holes of the pinned blocks
+/// below, and the request succeeds.
+#[test]
+fn the_last_priority_uses_the_holes_of_pinned_pageblocks_below_the_meeting_point() {
+    let za = ZoneAllocator::new(config()).unwrap();
+    let mut unmovable = Vec::new();
+    loop {
+        match za.alloc_pages(Gfp::KERNEL | Gfp::NORETRY, Order(0)) {
+            Ok(p) => unmovable.push(p),
+            Err(_) if za.drain_all_pages() > 0 => {}
+            Err(_) => break,
+        }
+    }
+    assert_eq!(unmovable.len() as u64, FRAMES);
+    let half = FRAMES / 2;
+    unmovable.retain(|&p| {
+        let keep = p.0 < half && p.0 % 4 == 0;
+        if !keep {
+            za.free_pages(p, Order(0)).unwrap();
+        }
+        keep
+    });
+    za.drain_all_pages();
+    let owner = Arc::new(Owner::default());
+    {
+        let mut live = owner.live.lock().unwrap();
+        for _ in 0..half {
+            let p = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
+            assert!(p.0 >= half, "movable page {p} among the pinned pageblocks");
+            live.insert(p.0, 0);
+        }
+        live.retain(|&p, _| {
+            let keep = p % 8 != 0;
+            if !keep {
+                za.free_pages(Pfn(p), Order(0)).unwrap();
+            }
+            keep
+        });
+    }
+    za.drain_all_pages();
+    assert_eq!(za.buddyinfo().zones[0].1[9], 0);
+    za.set_migrator(Some(owner.clone()));
+    let huge = za
+        .alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(9))
+        .expect("compaction past the meeting point");
+    za.set_migrator(None);
+    za.check_invariants().unwrap();
+    let live = owner.live.lock().unwrap();
+    assert_eq!(live.len() as u64, half / 8 * 7);
+    // Some pages moved into the pinned pageblocks' holes.
+    assert!(
+        live.keys().any(|&p| p < half),
+        "no page moved below the meeting point"
+    );
+    for &p in live.keys() {
+        assert!(matches!(
+            za.frame_state(Pfn(p)),
+            Some(FrameState::Allocated { refcount: 1, .. })
+        ));
+    }
+    drop(live);
+    za.free_pages(huge, Order(9)).unwrap();
+    free_all(&za, &owner);
+    for p in unmovable {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    settled(&za);
+}
