@@ -7,8 +7,9 @@
 //!     --target-dir target/loom -- --nocapture
 //! ```
 //!
-//! The preemption bound is 3 unless `LOOM_MAX_PREEMPTIONS` says otherwise (the
-//! models are small enough: a few hundred executions each).
+//! The preemption bound is 4 for the two-thread models and 2 for the three-thread
+//! one (about a million executions and eight minutes at 4), unless
+//! `LOOM_MAX_PREEMPTIONS` says otherwise.
 //!
 //! Every model uses one zone of 16 frames, `max_order` 2, pageblocks of order 2 (four
 //! of them), no mobility grouping, no watermarks and no per-CPU lists, so that the
@@ -35,6 +36,10 @@ use zonealloc::{
 };
 
 const FRAMES: u64 = 16;
+/// Preemption bound of the two-thread models, and of the three-thread one (whose
+/// executions grow much faster: about a million at bound 4).
+const BOUND_TWO_THREADS: usize = 4;
+const BOUND_THREE_THREADS: usize = 2;
 
 /// Executions, over a whole model, that ended each way (plain `std` counters).
 static MOVED_1: AtomicUsize = AtomicUsize::new(0);
@@ -172,13 +177,13 @@ fn finish(za: &ZoneAllocator, owner: &Owner, ledger: &Ledger) {
     }
 }
 
-fn model<F>(name: &str, f: F)
+fn model<F>(name: &str, bound: usize, f: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
     let mut b = loom::model::Builder::new();
     if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
+        b.preemption_bound = Some(bound);
     }
     b.max_branches = b.max_branches.max(200_000);
     let runs = std::sync::Arc::new(AtomicUsize::new(0));
@@ -216,7 +221,7 @@ where
 /// exactly once, and nothing leaks.
 #[test]
 fn owner_free_vs_migration() {
-    model("owner_free_vs_migration", || {
+    model("owner_free_vs_migration", BOUND_TWO_THREADS, || {
         let (za, owner, ledger) = setup();
         let id = za.zone_id_of(Pfn(0)).unwrap();
         let c = {
@@ -252,7 +257,7 @@ fn owner_free_vs_migration() {
 /// would see it claimed twice), and the migrated page stays the owner's.
 #[test]
 fn allocation_vs_free_scanner() {
-    model("allocation_vs_free_scanner", || {
+    model("allocation_vs_free_scanner", BOUND_TWO_THREADS, || {
         let (za, owner, ledger) = setup();
         let id = za.zone_id_of(Pfn(0)).unwrap();
         let c = {
@@ -277,4 +282,29 @@ fn allocation_vs_free_scanner() {
         MOVED_2.load(Ordering::Relaxed) > 0,
         "no execution moved the page"
     );
+}
+
+/// (3) Three threads: compaction, and two owner threads each freeing one of the
+/// two pages, at any point of the protocol. Both frees succeed, both pages are
+/// freed exactly once, and the zone ends whole.
+#[test]
+fn two_owner_frees_vs_migration() {
+    model("two_owner_frees_vs_migration", BOUND_THREE_THREADS, || {
+        let (za, owner, ledger) = setup();
+        let id = za.zone_id_of(Pfn(0)).unwrap();
+        let c = {
+            let (za, owner) = (za.clone(), owner.clone());
+            thread::spawn(move || za.compact_zone(id, None, &*owner).unwrap())
+        };
+        let f = {
+            let (za, owner) = (za.clone(), owner.clone());
+            thread::spawn(move || owner.free(&za, 2))
+        };
+        owner.free(&za, 1);
+        f.join().unwrap();
+        c.join().unwrap();
+        finish(&za, &owner, &ledger);
+        assert_eq!(ledger.owned(), 0);
+        assert_eq!(za.nr_free_pages(), FRAMES);
+    });
 }
