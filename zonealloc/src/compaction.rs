@@ -86,16 +86,11 @@ pub const COMPACTION_PROACTIVENESS_DEFAULT: u32 = 20;
 /// Most failures a zone's deferral counts (`COMPACT_MAX_DEFER_SHIFT`).
 const COMPACT_MAX_DEFER_SHIFT: u32 = 6;
 
-/// How a compaction run ended (`enum compact_result`).
+/// How a compaction run ended: the two endings of Linux's `enum compact_result`
+/// that a run can have. The "not attempted" ones (skipped, deferred, contended)
+/// belong to direct compaction, which passes over such a zone without a report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompactResult {
-    /// Not attempted: the zone lacks the free memory to compact into, or its
-    /// failure is not one of fragmentation (`compaction_suitable`).
-    Skipped,
-    /// Not attempted: the zone is deferred after earlier failures.
-    Deferred,
-    /// Not attempted: another thread is compacting the zone.
-    Contended,
     /// A free block of the order asked for exists now (or, proactively, the zone's
     /// fragmentation score fell to its low watermark).
     Success,
