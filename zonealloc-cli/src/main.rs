@@ -64,7 +64,8 @@ enum Cmd {
     Replay(zonealloc_trace::cli::ReplayArgs),
     /// Replay a trace, then draw the zone map (PNG and SVG) and its free-blocks chart.
     Map(zonealloc_trace::cli::ReplayArgs),
-    /// Fragmentation benchmark: order-9 success with and without mobility grouping.
+    /// Fragmentation benchmark: order-9 success with and without mobility grouping,
+    /// and with compaction; the cost of compaction per page moved.
     Fragbench(zonealloc_trace::cli::FragArgs),
     /// The reliability figures recorded by the test suites, in one table (run the
     /// tests first: `bash .ci/test`, plus the loom and fuzz steps of `.ci/run`).

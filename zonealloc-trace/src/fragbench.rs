@@ -1,12 +1,13 @@
 //! Fragmentation quality: a stress-highalloc analogue, with and without mobility
-//! grouping.
+//! grouping, and with compaction.
 //!
 //! Top layer. Two workloads fragment a zone; then, as mmtests' stress-highalloc did
 //! (seed-benchmarks.md §6), the bench asks for as many order-9 (pageblock) blocks as
 //! it can get, with `GFP_HIGHUSER_MOVABLE`, first *under load* and then *at rest*
-//! (the movable memory freed: what reclaim and compaction would give back). User
-//! space has no compaction, so whatever is missing at rest is permanent
-//! fragmentation: pageblocks pinned by a few unmovable pages.
+//! (the movable memory freed: what reclaim would give back). Under load, only the
+//! subject with a migrator can move the movable memory out of the way (direct
+//! compaction); whatever is missing at rest is permanent fragmentation: pageblocks
+//! pinned by a few unmovable pages, which no compaction can move.
 //!
 //! ```text
 //!  synthetic:  time ───────────────────────────────────────────────▶
@@ -26,8 +27,12 @@
 //!   zone sized to 1.2x the trace's peak of live pages, so the zone is under
 //!   pressure as the machine was; at rest, the live movable blocks are freed.
 //!
-//! Subjects: zonealloc with its default `Config` (mobility grouping on), zonealloc
-//! with `mobility_grouping: false`, and, for the synthetic workload, the
+//! Subjects: zonealloc with its default `Config` (mobility grouping on); the same
+//! with compaction: a migrator (`BenchOwner`) owns every movable block by handle,
+//! so direct compaction can move blocks while they are allocated (throughout the
+//! synthetic workload; on the trace, from the end of the replay on, since the
+//! replayer's own table cannot follow a moved block); zonealloc with
+//! `mobility_grouping: false`; and, for the synthetic workload, the
 //! `buddy_system_allocator` crate's `FrameAllocator`: a plain binary buddy that always
 //! takes the lowest address, with no grouping, no watermarks and no per-CPU lists. It
 //! answers whether "no grouping" results are an artefact of zonealloc's no-grouping
@@ -36,17 +41,24 @@
 //! Success rate = order-9 blocks obtained / `floor(free pages / 512)` (the blocks
 //! free memory could hold with no fragmentation at all). Unusable free space index
 //! at order 9 = share of free memory in blocks below order 9 (§8.5), measured just
-//! before each pass.
+//! before each pass. Each pass also reports the latency of each order-9 attempt
+//! (percentiles: with direct compaction, and without) and the pages compaction
+//! moved per block obtained (`pgmigrate_success`, with `compact_migrate_scanned`
+//! and `compact_isolated` as Linux reports them). A last section measures the cost
+//! of compaction per page moved.
 
 use std::borrow::Borrow;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use buddy_system_allocator::FrameAllocator;
 use serde::Serialize;
 use zonealloc::{
-    unusable_free_index, Config, Gfp, Migratetype, Order, Pfn, ZoneAllocator, ZoneType,
+    unusable_free_index, ArenaOptions, Config, Gfp, Migrate, MigrateOutcome, Migratetype, Order,
+    Pfn, ZoneAllocator, ZoneType,
 };
 
 use crate::event::{Event, Record};
@@ -119,6 +131,48 @@ pub struct HighAllocPass {
     pub unusable_index_order9: f64,
     /// Mean time per attempt, ns.
     pub ns_per_attempt: f64,
+    /// Per-attempt latency percentiles, ns (direct compaction included where the
+    /// subject compacts).
+    pub latency_ns: Percentiles,
+    /// Pages compaction moved during the pass (`pgmigrate_success`).
+    pub pages_moved: u64,
+    /// `pages_moved / obtained`: the price of each order-9 block.
+    pub moved_per_block: f64,
+    /// `compact_migrate_scanned` during the pass.
+    pub migrate_scanned: u64,
+    /// `compact_isolated` during the pass (sources and targets).
+    pub isolated: u64,
+    /// `compact_stall` during the pass: direct compactions run.
+    pub compact_stall: u64,
+}
+
+/// Latency percentiles, ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// Slowest.
+    pub max: u64,
+}
+
+impl Percentiles {
+    fn of(mut v: Vec<u64>) -> Percentiles {
+        if v.is_empty() {
+            return Percentiles::default();
+        }
+        v.sort_unstable();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        Percentiles {
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            max: v[v.len() - 1],
+        }
+    }
 }
 
 /// One allocator on one workload.
@@ -169,6 +223,8 @@ pub struct FragReport {
     pub synthetic: WorkloadResult,
     /// Trace workload, if a trace was given.
     pub trace: Option<WorkloadResult>,
+    /// What compaction costs per page moved.
+    pub cost: CompactionCost,
 }
 
 // -----------------------------------------------------------------------------
@@ -185,6 +241,11 @@ trait Subject {
     fn buddyinfo(&self) -> Option<Vec<u64>>;
     fn zone_allocator(&self) -> Option<&ZoneAllocator> {
         None
+    }
+    /// Where the block `alloc` returned `handle` for is now (compaction moves
+    /// movable blocks; other subjects return frame numbers as handles).
+    fn position(&self, handle: u64) -> u64 {
+        handle
     }
 }
 
@@ -231,6 +292,121 @@ fn zone_buddyinfo(za: &ZoneAllocator) -> Option<Vec<u64>> {
         .into_iter()
         .max_by_key(|(_, b)| b.iter().enumerate().map(|(o, n)| n << o).sum::<u64>())
         .map(|z| z.1)
+}
+
+/// The owner of a subject's movable blocks: handle -> (current pfn, order), and the
+/// handle at each pfn. Compaction moves blocks through it (abstract frames: there
+/// are no contents to copy, only the references to switch).
+#[derive(Default)]
+struct BenchOwner {
+    table: Mutex<OwnerTable>,
+}
+
+#[derive(Default)]
+struct OwnerTable {
+    block: HashMap<u64, (u64, u8)>,
+    handle_at: HashMap<u64, u64>,
+    next: u64,
+}
+
+/// Handles of movable blocks start here, above every frame number.
+const HANDLE_BASE: u64 = 1 << 48;
+
+impl OwnerTable {
+    fn insert(&mut self, pfn: u64, order: u8) -> u64 {
+        let h = HANDLE_BASE + self.next;
+        self.next += 1;
+        self.block.insert(h, (pfn, order));
+        self.handle_at.insert(pfn, h);
+        h
+    }
+
+    fn remove(&mut self, h: u64) -> Option<(u64, u8)> {
+        let (p, o) = self.block.remove(&h)?;
+        self.handle_at.remove(&p);
+        Some((p, o))
+    }
+}
+
+impl Migrate for BenchOwner {
+    fn relocate(&self, old: Pfn, new: Pfn, order: Order) -> MigrateOutcome {
+        let mut t = self.table.lock().expect("owner table");
+        let Some(h) = t.handle_at.remove(&old.0) else {
+            return MigrateOutcome::Refused;
+        };
+        t.handle_at.insert(new.0, h);
+        t.block.insert(h, (new.0, order.0));
+        MigrateOutcome::Moved
+    }
+}
+
+/// zonealloc with a registered migrator: movable allocations are the owner's,
+/// named by handles, and direct compaction may move them.
+struct CompactSubject {
+    za: ZoneAllocator,
+    owner: Arc<BenchOwner>,
+}
+
+impl CompactSubject {
+    fn new(config: Config) -> CompactSubject {
+        let za = ZoneAllocator::new(config).expect("valid config");
+        let owner = Arc::new(BenchOwner::default());
+        za.set_migrator(Some(owner.clone()));
+        CompactSubject { za, owner }
+    }
+}
+
+impl Subject for CompactSubject {
+    fn alloc(&mut self, cpu: usize, mt: Migratetype, order: u8) -> Option<u64> {
+        let p = self
+            .za
+            .alloc_pages_on(cpu, gfp_for(mt), Order(order))
+            .ok()?
+            .0;
+        if mt != Migratetype::Movable {
+            return Some(p);
+        }
+        Some(
+            self.owner
+                .table
+                .lock()
+                .expect("owner table")
+                .insert(p, order),
+        )
+    }
+    fn free(&mut self, cpu: usize, h: u64, order: u8) {
+        let p = if h >= HANDLE_BASE {
+            let (p, o) = self
+                .owner
+                .table
+                .lock()
+                .expect("owner table")
+                .remove(h)
+                .expect("a live handle");
+            debug_assert_eq!(o, order);
+            p
+        } else {
+            h
+        };
+        self.za
+            .free_pages_on(cpu, Pfn(p), Order(order))
+            .expect("the benchmark frees only what it allocated");
+    }
+    fn settle(&mut self) {
+        self.za.drain_all_pages();
+    }
+    fn buddyinfo(&self) -> Option<Vec<u64>> {
+        zone_buddyinfo(&self.za)
+    }
+    fn zone_allocator(&self) -> Option<&ZoneAllocator> {
+        Some(&self.za)
+    }
+    fn position(&self, h: u64) -> u64 {
+        if h < HANDLE_BASE {
+            return h;
+        }
+        self.owner.table.lock().expect("owner table").block[&h].0
+    }
 }
 
 /// `buddy_system_allocator::FrameAllocator` with max order 10, like the zone.
@@ -519,11 +695,19 @@ fn highalloc_pass(
     let possible = free_pages >> HIGHALLOC_ORDER;
     let free_pageblocks = pageblocks_without(nr_pages, held.iter().map(|&(p, o)| (p - base, o)));
     let mut got = Vec::new();
+    let stats = |s: &dyn Subject| {
+        s.zone_allocator()
+            .map(|za| za.compaction_stats())
+            .unwrap_or_default()
+    };
+    let before = stats(s);
+    let mut lat = Vec::new();
     let t0 = Instant::now();
-    let mut attempts = 0u64;
     loop {
-        attempts += 1;
-        match s.alloc(0, Migratetype::Movable, HIGHALLOC_ORDER) {
+        let a = Instant::now();
+        let r = s.alloc(0, Migratetype::Movable, HIGHALLOC_ORDER);
+        lat.push(a.elapsed().as_nanos() as u64);
+        match r {
             Some(p) => got.push(p),
             None => break,
         }
@@ -531,8 +715,10 @@ fn highalloc_pass(
             break;
         }
     }
-    let ns = t0.elapsed().as_nanos() as f64 / attempts as f64;
+    let ns = t0.elapsed().as_nanos() as f64 / lat.len() as f64;
+    let after = stats(s);
     let obtained = got.len() as u64;
+    let pages_moved = after.pgmigrate_success - before.pgmigrate_success;
     (
         HighAllocPass {
             free_pages,
@@ -547,6 +733,16 @@ fn highalloc_pass(
             unusable_index_order9: unusable_free_index(&hist, HIGHALLOC_ORDER as usize) as f64
                 / 1000.0,
             ns_per_attempt: ns,
+            latency_ns: Percentiles::of(lat),
+            pages_moved,
+            moved_per_block: if obtained > 0 {
+                pages_moved as f64 / obtained as f64
+            } else {
+                0.0
+            },
+            migrate_scanned: after.compact_migrate_scanned - before.compact_migrate_scanned,
+            isolated: after.compact_isolated - before.compact_isolated,
+            compact_stall: after.compact_stall - before.compact_stall,
         },
         got,
     )
@@ -654,6 +850,11 @@ fn synthetic(o: &FragOptions, out: Option<&PictureOut>) -> WorkloadResult {
         )),
     ));
     subjects.push((
+        "zonealloc, mobility grouping + compaction (migrator)".into(),
+        "synthetic-compaction".into(),
+        Box::new(CompactSubject::new(cfg(true))),
+    ));
+    subjects.push((
         "zonealloc, mobility_grouping: false".into(),
         "synthetic-nogrouping".into(),
         Box::new(ZoneSubject(
@@ -685,10 +886,19 @@ fn synthetic(o: &FragOptions, out: Option<&PictureOut>) -> WorkloadResult {
                 .collect()
         };
         let mixed = mixed_pageblocks(placement.pfn.iter().enumerate().filter_map(|(id, p)| {
-            p.map(|p| (p, w.handles[id].2, w.handles[id].0 == Class::Movable))
+            p.map(|p| {
+                (
+                    s.position(p),
+                    w.handles[id].2,
+                    w.handles[id].0 == Class::Movable,
+                )
+            })
         }));
-        // Pass 1: under load.
-        let held = live(None);
+        // Pass 1: under load (positions as they are now: compaction moves blocks).
+        let held: Vec<(u64, u8)> = live(None)
+            .into_iter()
+            .map(|(h, o)| (s.position(h), o))
+            .collect();
         let (under_load, got) = highalloc_pass(s.as_mut(), nr_pages, 0, &held);
         for p in got {
             s.free(0, p, HIGHALLOC_ORDER);
@@ -813,13 +1023,21 @@ fn trace_workload(
         .max()
         .unwrap_or(1);
     let mut subjects = Vec::new();
-    for (grouping, name, file) in [
+    for (grouping, compaction, name, file) in [
         (
             true,
+            false,
             "zonealloc, mobility grouping (default Config)",
             "trace-grouping",
         ),
         (
+            true,
+            true,
+            "zonealloc, grouping + compaction (migrator after replay)",
+            "trace-compaction",
+        ),
+        (
+            false,
             false,
             "zonealloc, mobility_grouping: false",
             "trace-nogrouping",
@@ -830,6 +1048,22 @@ fn trace_workload(
         let every = (records.len() as u64 / o.samples.max(1)).max(1);
         let mut rp = Replayer::new(config, every).expect("valid layout");
         rp.replay(&records);
+        // With compaction, the live movable blocks pass to an owner that compaction
+        // moves them through; the replayer's own table cannot follow a moved block,
+        // so the migrator is registered only once the replay is over.
+        let owner = compaction.then(|| {
+            let owner = Arc::new(BenchOwner::default());
+            {
+                let mut t = owner.table.lock().expect("owner table");
+                for (p, ord, mt) in rp.live_blocks() {
+                    if mt == Migratetype::Movable {
+                        t.insert(p.0, ord.0);
+                    }
+                }
+            }
+            rp.allocator().set_migrator(Some(owner.clone()));
+            owner
+        });
         let held: Vec<(u64, u8)> = rp.live_blocks().map(|(p, ord, _)| (p.0, ord.0)).collect();
         let mixed = mixed_pageblocks(
             rp.live_blocks()
@@ -857,9 +1091,32 @@ fn trace_workload(
             }
             pass
         };
-        rp.free_live(&[Migratetype::Movable]);
-        let pinned: Vec<(u64, u8)> = rp.live_blocks().map(|(p, ord, _)| (p.0, ord.0)).collect();
-        let owners: Vec<(Pfn, Order, Migratetype)> = rp.live_blocks().collect();
+        match &owner {
+            Some(owner) => {
+                // Reclaim through the owner, which knows where its blocks are now.
+                let za = rp.allocator();
+                za.set_migrator(None);
+                let blocks: Vec<(u64, u8)> = owner
+                    .table
+                    .lock()
+                    .expect("owner table")
+                    .block
+                    .drain()
+                    .map(|(_, b)| b)
+                    .collect();
+                for (p, ord) in blocks {
+                    za.free_pages(Pfn(p), Order(ord))
+                        .expect("the owner frees only its blocks");
+                }
+                za.drain_all_pages();
+            }
+            None => {
+                rp.free_live(&[Migratetype::Movable]);
+            }
+        }
+        let unmovable = || rp.live_blocks().filter(|b| b.2 != Migratetype::Movable);
+        let pinned: Vec<(u64, u8)> = unmovable().map(|(p, ord, _)| (p.0, ord.0)).collect();
+        let owners: Vec<(Pfn, Order, Migratetype)> = unmovable().collect();
         let mut r = SubjectResult {
             name: name.into(),
             workload_alloc_failures: failures,
@@ -915,11 +1172,145 @@ pub fn run(
         Some(p) => Some(trace_workload(p, o, out)?),
         None => None,
     };
+    let cost = compaction_cost(o.zone_bytes.min(256 << 20));
     Ok(FragReport {
         options: o.clone(),
         synthetic,
         trace,
+        cost,
     })
+}
+
+// -----------------------------------------------------------------------------
+// The cost of compaction
+// -----------------------------------------------------------------------------
+
+/// What compaction costs: a zone whose every pageblock keeps one movable page in
+/// four compacted whole (`compact_zone(None)`), over abstract frames (switching
+/// references only) and over a populated arena (the 4 KiB copies too). The owner
+/// keeps a hash table of its pages, as a real one would.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CompactionCost {
+    /// Pages of the zone.
+    pub zone_pages: u64,
+    /// One row per backend.
+    pub rows: Vec<CostRow>,
+}
+
+/// One backend's run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CostRow {
+    /// The backend.
+    pub backend: String,
+    /// Pages moved.
+    pub pages_moved: u64,
+    /// Wall time of the run, ns.
+    pub ns: u64,
+    /// `ns / pages_moved`.
+    pub ns_per_page: f64,
+    /// `compact_migrate_scanned`, `compact_free_scanned`, `compact_isolated`.
+    pub migrate_scanned: u64,
+    /// See `migrate_scanned`.
+    pub free_scanned: u64,
+    /// See `migrate_scanned`.
+    pub isolated: u64,
+    /// Order-9 blocks free before and after.
+    pub order9_before: u64,
+    /// See `order9_before`.
+    pub order9_after: u64,
+}
+
+/// An owner that copies through the backend (the trait's default) and keeps
+/// pfn -> tag, so the run pays for the table an owner needs.
+#[derive(Default)]
+struct CopyOwner {
+    live: Mutex<HashMap<u64, u64>>,
+}
+
+impl Migrate for CopyOwner {
+    fn relocate(&self, old: Pfn, new: Pfn, _order: Order) -> MigrateOutcome {
+        let mut t = self.live.lock().expect("owner table");
+        match t.remove(&old.0) {
+            Some(tag) => {
+                t.insert(new.0, tag);
+                MigrateOutcome::Moved
+            }
+            None => MigrateOutcome::Refused,
+        }
+    }
+}
+
+fn cost_run<B: zonealloc::Backend>(za: &ZoneAllocator<B>, backend: &str) -> CostRow {
+    let owner = CopyOwner::default();
+    let mut got = Vec::new();
+    while let Ok(p) = za.alloc_pages_on(0, Gfp::HIGHUSER_MOVABLE | Gfp::NORETRY, Order(0)) {
+        got.push(p);
+    }
+    {
+        let mut t = owner.live.lock().expect("owner table");
+        for p in got {
+            if p.0 % 4 == 0 {
+                t.insert(p.0, p.0);
+            } else {
+                za.free_pages_on(0, p, Order(0)).expect("allocated");
+            }
+        }
+    }
+    za.drain_all_pages();
+    let order9 = |za: &ZoneAllocator<B>| {
+        za.buddyinfo()
+            .zones
+            .iter()
+            .map(|(_, b)| {
+                b.iter()
+                    .skip(HIGHALLOC_ORDER as usize)
+                    .enumerate()
+                    .map(|(k, n)| n << k)
+                    .sum::<u64>()
+            })
+            .sum::<u64>()
+    };
+    let before = order9(za);
+    let id = za.zone_id_of(Pfn(0)).expect("zone");
+    let t0 = Instant::now();
+    let r = za.compact_zone(id, None, &owner).expect("valid zone");
+    let ns = t0.elapsed().as_nanos() as u64;
+    CostRow {
+        backend: backend.into(),
+        pages_moved: r.pages_moved,
+        ns,
+        ns_per_page: ns as f64 / r.pages_moved.max(1) as f64,
+        migrate_scanned: r.migrate_scanned,
+        free_scanned: r.free_scanned,
+        isolated: r.isolated,
+        order9_before: before,
+        order9_after: order9(za),
+    }
+}
+
+/// Runs the cost measurement on a zone of `zone_bytes`.
+pub fn compaction_cost(zone_bytes: u64) -> CompactionCost {
+    let nr_pages = (zone_bytes >> 12) & !((1 << MAX_ORDER) - 1);
+    let cfg = Config {
+        nr_cpus: 1,
+        ..Config::single_zone(ZoneType::Normal, Pfn(0), nr_pages)
+    };
+    let mut rows = Vec::new();
+    let za = ZoneAllocator::new(cfg.clone()).expect("valid config");
+    rows.push(cost_run(&za, "abstract frames (references only)"));
+    // Populated up front, so that the copies are timed without first-touch faults.
+    let opts = ArenaOptions {
+        populate: true,
+        ..ArenaOptions::default()
+    };
+    match ZoneAllocator::with_arena(cfg, opts) {
+        Ok(za) => rows.push(cost_run(&za, "arena (4 KiB copied per page)")),
+        Err(e) => eprintln!("fragbench: no arena for the cost run: {e}"),
+    }
+    CompactionCost {
+        zone_pages: nr_pages,
+        rows,
+    }
 }
 
 impl fmt::Display for WorkloadResult {
@@ -928,7 +1319,7 @@ impl fmt::Display for WorkloadResult {
         writeln!(f, "  {} operations", self.operations)?;
         writeln!(
             f,
-            "  {:<58} {:>7} {:>7} {:>8} | {:>10} {:>7} {:>8} {:>8} {:>6}",
+            "  {:<66} {:>7} {:>7} {:>8} | {:>10} {:>7} {:>8} {:>8} {:>6} {:>9} {:>10} {:>10} {:>10}",
             "allocator",
             "fails",
             "mixed",
@@ -937,14 +1328,18 @@ impl fmt::Display for WorkloadResult {
             "free pb",
             "possible",
             "obtained",
-            "U(9)"
+            "U(9)",
+            "moved/blk",
+            "p50 ns",
+            "p99 ns",
+            "max ns"
         )?;
         for s in &self.subjects {
             for (label, p) in [("under load", &s.under_load), ("at rest", &s.at_rest)] {
                 let first = label == "under load";
                 writeln!(
                     f,
-                    "  {:<58} {:>7} {:>7} {:>8} | {:>10} {:>7} {:>8} {:>8} {:>6.3}   success {:5.1}%",
+                    "  {:<66} {:>7} {:>7} {:>8} | {:>10} {:>7} {:>8} {:>8} {:>6.3} {:>9.1} {:>10} {:>10} {:>10}   success {:5.1}%",
                     if first { s.name.as_str() } else { "" },
                     if first { s.workload_alloc_failures.to_string() } else { String::new() },
                     if first { s.mixed_pageblocks.to_string() } else { String::new() },
@@ -954,14 +1349,63 @@ impl fmt::Display for WorkloadResult {
                     p.possible,
                     p.obtained,
                     p.unusable_index_order9,
+                    p.moved_per_block,
+                    p.latency_ns.p50,
+                    p.latency_ns.p99,
+                    p.latency_ns.max,
                     p.success_percent
                 )?;
+                if p.compact_stall > 0 {
+                    writeln!(
+                        f,
+                        "  {:<66} {:>7} {:>7} {:>8} |   compaction: {} direct runs, {} pages moved, compact_migrate_scanned {}, compact_isolated {}",
+                        "", "", "", "", p.compact_stall, p.pages_moved, p.migrate_scanned, p.isolated
+                    )?;
+                }
             }
         }
         for s in &self.subjects {
             for m in s.maps.iter().chain(&s.charts) {
                 writeln!(f, "  picture: {m}")?;
             }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for CompactionCost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "compaction cost: compact_zone(None) over a {}-page zone whose every pageblock keeps one movable page in four",
+            self.zone_pages
+        )?;
+        writeln!(
+            f,
+            "  {:<36} {:>9} {:>12} {:>10} {:>14} {:>14} {:>12} {:>14}",
+            "backend",
+            "moved",
+            "ms",
+            "ns/page",
+            "migr. scanned",
+            "free scanned",
+            "isolated",
+            "order-9 free"
+        )?;
+        for r in &self.rows {
+            writeln!(
+                f,
+                "  {:<36} {:>9} {:>12.2} {:>10.1} {:>14} {:>14} {:>12} {:>7} -> {:<5}",
+                r.backend,
+                r.pages_moved,
+                r.ns as f64 / 1e6,
+                r.ns_per_page,
+                r.migrate_scanned,
+                r.free_scanned,
+                r.isolated,
+                r.order9_before,
+                r.order9_after
+            )?;
         }
         Ok(())
     }
@@ -981,11 +1425,17 @@ impl fmt::Display for FragReport {
             f,
             "  mixed = pageblocks holding movable and non-movable blocks under load; pinned = pageblocks holding a long-lived non-movable page at rest; free pb = pageblocks with nothing allocated\n"
         )?;
+        writeln!(
+            f,
+            "  moved/blk = pages compaction moved per order-9 block obtained; p50/p99/max = latency of each order-9 attempt of the pass\n"
+        )?;
         write!(f, "{}", self.synthetic)?;
         if let Some(t) = &self.trace {
             writeln!(f)?;
             write!(f, "{t}")?;
         }
+        writeln!(f)?;
+        write!(f, "{}", self.cost)?;
         Ok(())
     }
 }

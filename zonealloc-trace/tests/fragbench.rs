@@ -1,5 +1,6 @@
 //! The fragmentation benchmark at test scale: grouping must beat no grouping at rest,
-//! every figure must be consistent, and the pictures must be written.
+//! compaction must beat grouping alone under load, every figure must be consistent,
+//! and the pictures must be written.
 
 use zonealloc_trace::fragbench::{self, FragOptions, PictureOut};
 
@@ -15,26 +16,57 @@ fn grouping_beats_no_grouping_at_rest() {
     };
     let r = fragbench::run(&o, Some(&PictureOut { dir: dir.clone() })).unwrap();
     let s = &r.synthetic.subjects;
-    assert_eq!(s.len(), 3, "grouping, no grouping, peer");
+    assert_eq!(
+        s.len(),
+        4,
+        "grouping, grouping + compaction, no grouping, peer"
+    );
     for x in s {
         for p in [&x.under_load, &x.at_rest] {
             assert_eq!(p.possible, p.free_pages / 512);
             assert!(p.obtained <= p.possible, "{}: {p:?}", x.name);
-            assert!(p.obtained <= p.free_pageblocks, "{}: {p:?}", x.name);
+            // Only compaction makes free pageblocks during the pass.
+            if p.pages_moved == 0 {
+                assert!(p.obtained <= p.free_pageblocks, "{}: {p:?}", x.name);
+            }
             assert!((0.0..=1.0).contains(&p.unusable_index_order9));
         }
         assert_eq!(x.workload_alloc_failures, 0, "{}", x.name);
     }
-    let (g, n) = (&s[0].at_rest, &s[1].at_rest);
+    // Compaction: more order-9 blocks while the movable memory is still allocated,
+    // paid for in pages moved; the same at rest (nothing movable is left to move).
+    let (gl, cl) = (&s[0].under_load, &s[1].under_load);
+    assert!(
+        cl.obtained > gl.obtained,
+        "grouping {gl:?} vs compaction {cl:?}"
+    );
+    assert!(cl.compact_stall > 0 && cl.pages_moved > 0, "{cl:?}");
+    assert_eq!(
+        cl.moved_per_block,
+        cl.pages_moved as f64 / cl.obtained as f64
+    );
+    assert_eq!(
+        (gl.pages_moved, gl.compact_stall),
+        (0, 0),
+        "no migrator, no compaction"
+    );
+    assert_eq!(s[1].at_rest.obtained, s[0].at_rest.obtained);
+    for row in &r.cost.rows {
+        assert!(
+            row.pages_moved > 0 && row.order9_after > row.order9_before,
+            "{row:?}"
+        );
+    }
+    let (g, n) = (&s[0].at_rest, &s[2].at_rest);
     assert!(g.success_percent >= 90.0, "grouping: {g:?}");
     assert!(
         g.success_percent > n.success_percent + 10.0,
         "grouping {g:?} vs none {n:?}"
     );
     assert!(g.unusable_index_order9 < n.unusable_index_order9);
-    assert!(s[0].pinned_pageblocks < s[1].pinned_pageblocks);
+    assert!(s[0].pinned_pageblocks < s[2].pinned_pageblocks);
     // Two maps (PNG, SVG) and a chart for each zonealloc subject.
-    for x in &s[..2] {
+    for x in &s[..3] {
         assert_eq!(x.maps.len(), 2, "{}", x.name);
         assert_eq!(x.charts.len(), 1, "{}", x.name);
         for f in x.maps.iter().chain(&x.charts) {

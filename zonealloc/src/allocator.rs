@@ -17,8 +17,9 @@
 //! A fast pass walks the zonelist with the low watermark; a slow pass retries with
 //! the min watermark and the reserves the request is entitled to (`__GFP_HIGH`,
 //! non-blocking, `MEMALLOC`); then the highatomic reserves are released and a last
-//! pass runs. There is no reclaim or compaction: when the last pass fails the request
-//! fails with `AllocError::NoMemory`.
+//! pass runs. Orders above `PAGE_ALLOC_COSTLY_ORDER` whose GFP may block compact
+//! first, through the registered migrator (see `compaction`). There is no reclaim:
+//! when the last pass fails the request fails with `AllocError::NoMemory`.
 //!
 //! # Freeing and references
 //!
@@ -37,7 +38,7 @@ use crate::config::{Config, ConfigError};
 use crate::debug::DebugState;
 use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
-use crate::frame::{FrameState, Tag, Word, FLAG_FRAG, FLAG_GUARDED};
+use crate::frame::{FrameState, Tag, Word, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{
     count_zone_free, pcp_allowed_order, zone_batchsize, zone_highsize,
@@ -69,6 +70,8 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     min_free_kbytes: u64,
     pub(crate) backend: B,
     pub(crate) debug: DebugState,
+    /// Compaction: per-zone scanner state, the migrator, tunables, counters.
+    pub(crate) compact: crate::compaction::CompactState,
 }
 
 impl ZoneAllocator<AbstractFrames> {
@@ -188,6 +191,7 @@ impl<B: Backend> ZoneAllocator<B> {
             })
             .collect();
         let debug = config.debug;
+        let compact = crate::compaction::CompactState::new(&zones);
         let mut za = ZoneAllocator {
             min_free_kbytes: 0,
             config,
@@ -198,6 +202,7 @@ impl<B: Backend> ZoneAllocator<B> {
             preferred,
             backend,
             debug: DebugState::new(debug),
+            compact,
         };
         za.setup_watermarks(za.config.min_free_kbytes)?;
         za.debug.init_free_memory(&za.backend, &za.zones);
@@ -478,6 +483,18 @@ impl<B: Backend> ZoneAllocator<B> {
         if let Some(p) = self.get_page_from_freelist(&req, slow) {
             return Ok(p);
         }
+        // Costly orders that may block compact first (see `compaction`).
+        if self.direct_compaction_allowed(gfp, order) {
+            let zones = self.zonelist(nid).filter(|z| {
+                z.zone_type() <= highest
+                    && (!gfp.contains(Gfp::THISNODE) || z.id.node == nid)
+                    && (!gfp.contains(Gfp::THISZONE) || z.index == first)
+            });
+            let retry = || self.get_page_from_freelist(&req, slow);
+            if let Some(p) = self.direct_compact(zones, highest, order, retry) {
+                return Ok(p);
+            }
+        }
         if gfp.contains(Gfp::NORETRY) {
             return Err(AllocError::NoMemory { order });
         }
@@ -737,6 +754,10 @@ impl<B: Backend> ZoneAllocator<B> {
             let actual = w.order();
             match order {
                 Some(given) if given != actual => Err(FreeError::WrongOrder { pfn, given, actual }),
+                // An isolated block's last reference is compaction's (see `migrate`).
+                _ if w.refcount() <= 1 && w.flags() & FLAG_ISOLATED != 0 => {
+                    Err(FreeError::AlreadyFree(pfn))
+                }
                 _ if w.refcount() <= 1 => Ok(Word::frozen(actual)),
                 // A guard gives the block back to the raw API with its last drop.
                 _ => Ok(w
@@ -912,6 +933,9 @@ impl<B: Backend> ZoneAllocator<B> {
                     given: order,
                     actual: w.order(),
                 });
+            }
+            if w.flags() & FLAG_ISOLATED != 0 {
+                return Err(FreeError::Busy(pfn));
             }
             Ok(Word::new(Tag::Alloc, 0, w.aux(), w.refcount()))
         })?;

@@ -363,6 +363,22 @@ unsafe impl Backend for Arena {
         Some(1 << self.page_shift)
     }
 
+    fn copy_pages(&self, from: Pfn, to: Pfn, nr: u64) -> bool {
+        let (Some((src, len)), Some((dst, dst_len))) =
+            (self.frames_bytes(from, nr), self.frames_bytes(to, nr))
+        else {
+            return false;
+        };
+        if len != dst_len {
+            return false;
+        }
+        // SAFETY: `frames_bytes` keeps both ranges inside the mapping; the caller owns
+        // both blocks for the copy (see `Backend::copy_pages`) and they are distinct
+        // blocks of the allocator, so the ranges do not overlap.
+        unsafe { core::ptr::copy_nonoverlapping(src.cast_const(), dst, len) };
+        true
+    }
+
     fn pfn_of_addr(&self, addr: *const u8) -> Option<Pfn> {
         Arena::pfn_of_addr(self, addr)
     }

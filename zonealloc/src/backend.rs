@@ -50,6 +50,13 @@ pub unsafe trait Backend: Send + Sync {
     fn page_size(&self) -> Option<usize> {
         None
     }
+
+    /// Copies the contents of the `nr` frames from `from` to the `nr` frames from
+    /// `to` (compaction moving a block); `false` if frames have no contents. The
+    /// caller owns both ranges for the copy, and they do not overlap.
+    fn copy_pages(&self, _from: Pfn, _to: Pfn, _nr: u64) -> bool {
+        false
+    }
 }
 
 /// Frames with nothing behind them: the allocator only hands out numbers.

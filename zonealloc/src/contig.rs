@@ -30,7 +30,7 @@ use alloc::vec::Vec;
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::error::FreeError;
-use crate::frame::{Tag, Word, FLAG_GUARDED};
+use crate::frame::{Tag, Word, FLAG_GUARDED, FLAG_ISOLATED};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::pcp_allowed_order;
 use crate::types::Wmark;
@@ -140,9 +140,9 @@ impl<B: Backend> ZoneAllocator<B> {
                     })
                 } else if w.flags() & FLAG_GUARDED != 0 {
                     Some(FreeError::Guarded(p))
-                } else if w.flags() != 0 {
+                } else if w.flags() & !FLAG_ISOLATED != 0 {
                     Some(FreeError::Busy(p))
-                } else if w.refcount() < k {
+                } else if w.refcount() < k + isolated_ref(w) {
                     Some(FreeError::AlreadyFree(p))
                 } else {
                     None
@@ -226,7 +226,8 @@ impl<B: Backend> ZoneAllocator<B> {
         let idx = z.idx(pfn);
         let mut w = z.frames.word(idx);
         loop {
-            if w.tag() != Tag::Alloc || w.order().0 != 0 || w.refcount() < k {
+            // An isolated page keeps compaction's reference (see `migrate`).
+            if w.tag() != Tag::Alloc || w.order().0 != 0 || w.refcount() < k + isolated_ref(w) {
                 return false;
             }
             let last = w.refcount() == k;
@@ -589,6 +590,13 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         Err(ContigError::NoMemory)
     }
+}
+
+/// The reference compaction holds on a page it isolated (see `migrate`): the
+/// multi-page frees may drop the owner's references, never that one.
+#[inline]
+fn isolated_ref(w: Word) -> u32 {
+    u32::from(w.flags() & FLAG_ISOLATED != 0)
 }
 
 /// Which pages of a multi-page free its first phase took (a bit per page): on the

@@ -10,6 +10,8 @@
 //!    FLAG_GUARDED  a `PageBlock` guard owns the block: the raw API refuses it
 //!    FLAG_FRAG     a page_frag cache carves the block: fragment frees check the
 //!                  cache's published bias (see `page_frag`)
+//!    FLAG_ISOLATED compaction isolated the movable block to migrate it and holds
+//!                  one of its references (see `migrate`)
 //!  prev (u32):  frame index of the previous block on the list this head is on
 //!  next (u32):  frame index of the next block (NIL = none)
 //! ```
@@ -81,6 +83,12 @@ pub(crate) enum Tag {
 pub(crate) const FLAG_GUARDED: u8 = 1;
 /// Head flag: the block is a page_frag cache's, with its bias published in `next`.
 pub(crate) const FLAG_FRAG: u8 = 2;
+
+/// Head flag: compaction isolated the block (a movable allocation with no other
+/// flag) and holds one reference of its own on it, so the owner's frees only drop
+/// the owner's references and the block cannot be freed under the migration; the
+/// last reference compaction drops frees it (see `migrate`).
+pub(crate) const FLAG_ISOLATED: u8 = 4;
 
 /// A decoded copy of a frame's state word.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -45,6 +45,7 @@
 //! | the fast path, owner-local | `local_cache`, `local_cache_on`, `LocalCache::alloc`, `free`, `flush` | `local` |
 //! | free and references | `free_pages`, `free_pages_on`, `put_page`, `get_page`, `page_count`, `split_page`, `block_of` | `allocator` |
 //! | contiguous and bulk | `free_contig_range`, `free_pages_bulk`, `alloc_pages_bulk`, `alloc_contig_range`, `alloc_contig_pages` | `contig` |
+//! | compaction | `set_migrator` (a `Migrate` owner), `compact_zone`, `compact_node`, `proactive_compact_node`, `fragmentation_score`, `set_extfrag_threshold`, `set_compaction_proactiveness`, `compaction_stats` | `compaction`, `migrate` |
 //! | fragments | `PageFragCache::alloc`, `drain`, `ZoneAllocator::page_frag_free` | `page_frag` |
 //! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | `vmalloc` |
 //! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | `allocator` |
@@ -53,16 +54,19 @@
 //!
 //! # Layers, one module each, following the allocation path
 //!
-//! Lowest first. A module imports only from the rows above it, with one exception
+//! Lowest first. A module imports only from the rows above it, with two exceptions
 //! kept from Linux: a zone owns its per-CPU slots (`struct zone` has
-//! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on zones.
+//! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on zones;
+//! and the allocation slow path compacts directly (`__alloc_pages_direct_compact`),
+//! so `allocator` holds the compaction state and makes one call into `compaction`.
 //! `buddy` and `isolate` add zone-lock-held methods to `zone`'s `ZoneLocked` guard,
-//! and `owned`, `local`, `contig`, `page_frag`, `stats` and `check` add methods to
-//! `ZoneAllocator`: each extends the layer below it, never the other way.
+//! and `owned`, `local`, `contig`, `migrate`, `compaction`, `page_frag`, `stats` and
+//! `check` add methods to `ZoneAllocator`: each extends the layer below it, never the
+//! other way.
 //!
 //! | module | layer |
 //! |---|---|
-//! | `types`, `sync`, `error`, `gfp`, `counter`, `fault`, `config` | vocabulary, locks and atomics (loom-swappable), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables |
+//! | `types`, `sync`, `error`, `gfp`, `counter`, `fault`, `config`, `fragindex` | vocabulary, locks and atomics (loom-swappable), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables, the fragmentation indices' arithmetic |
 //! | `frame` | per-frame metadata (16 bytes), the frame state machine, intrusive lists |
 //! | `pageblock` | pageblock migratetypes and isolation bits |
 //! | `backend`, `arena`, `os` | what stands behind the frames; the current CPU |
@@ -72,6 +76,7 @@
 //! | `debug` | poisoning, init-on-alloc/free, bad-page reports |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
 //! | `owned`, `local`, `contig`, `page_frag` | guards, owner-local caches, contiguous and bulk paths, fragments |
+//! | `migrate`, `compaction` | moving a movable block through its owner; the two scanners, suitability, deferral, direct and proactive compaction |
 //! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
 //! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
 
@@ -92,16 +97,19 @@ mod arena;
 mod backend;
 mod buddy;
 mod check;
+mod compaction;
 mod config;
 mod contig;
 mod counter;
 mod debug;
 mod error;
 mod fault;
+mod fragindex;
 mod frame;
 mod gfp;
 mod isolate;
 mod local;
+mod migrate;
 #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
 mod os;
 mod owned;
@@ -120,6 +128,10 @@ pub use allocator::ZoneAllocator;
 pub use arena::{Arena, ArenaOptions};
 pub use backend::{AbstractFrames, Backend};
 pub use check::{InvariantReport, InvariantViolation};
+pub use compaction::{
+    CompactError, CompactReport, CompactResult, CompactStats, COMPACTION_PROACTIVENESS_DEFAULT,
+    EXTFRAG_THRESHOLD_DEFAULT, EXTFRAG_THRESHOLD_MAX,
+};
 pub use config::{
     Config, ConfigError, DebugConfig, FragFreePath, NodeConfig, PcpConfig, ZoneConfig,
     MIN_FREE_KBYTES_MAX, PCP_TUNABLE_MAX, WATERMARK_SCALE_FACTOR_MAX,
@@ -131,6 +143,7 @@ pub use fault::FaultSite;
 pub use frame::FrameState;
 pub use gfp::Gfp;
 pub use local::{LocalCache, LOCAL_CACHE_BATCH};
+pub use migrate::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
 pub use pcp::PAGE_ALLOC_COSTLY_ORDER;

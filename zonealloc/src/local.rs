@@ -43,7 +43,7 @@ use crate::allocator::{Holder, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
-use crate::frame::{Tag, Word};
+use crate::frame::{Tag, Word, FLAG_ISOLATED};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{pcp_allowed_order, PAGE_ALLOC_COSTLY_ORDER};
 use crate::types::{Migratetype, Order, Pfn, Wmark};
@@ -295,6 +295,9 @@ impl<'a, B: Backend> LocalCache<'a, B> {
                     given: order,
                     actual,
                 })
+            } else if w.refcount() <= 1 && w.flags() & FLAG_ISOLATED != 0 {
+                // Compaction holds the last reference (see `migrate`).
+                Err(FreeError::AlreadyFree(pfn))
             } else if w.refcount() <= 1 {
                 Ok(Word::cached(order))
             } else {
@@ -326,6 +329,9 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     #[inline(never)]
     fn flush_order(&mut self, order: Order, n: usize) -> u64 {
         let n = n.min(self.stacks[order.idx()].len());
+        if n == 0 {
+            return 0;
+        }
         let (za, z) = (self.za, self.zone);
         let stack = &mut self.stacks[order.idx()];
         za.free_cached(z, order, &stack[..n]);

@@ -610,7 +610,7 @@ fn pageset_limits_equal_linux_with_the_real_managed_pages() {
 fn vmstat_lines_are_name_space_value_in_kernel_order() {
     let vm = traced().vmstat().to_string();
     // The kernel's order (vmstat_text[]): zone counters, then events.
-    const KERNEL_ORDER: [&str; 10] = [
+    const KERNEL_ORDER: [&str; 18] = [
         "nr_free_pages",
         "nr_free_pages_blocks",
         "nr_free_cma",
@@ -621,6 +621,14 @@ fn vmstat_lines_are_name_space_value_in_kernel_order() {
         "pgalloc_movable",
         "pgalloc_device",
         "pgfree",
+        "pgmigrate_success",
+        "pgmigrate_fail",
+        "compact_migrate_scanned",
+        "compact_free_scanned",
+        "compact_isolated",
+        "compact_stall",
+        "compact_fail",
+        "compact_success",
     ];
     let mut last = 0;
     for l in lines(&vm) {

@@ -1,8 +1,10 @@
-//! Keeps the README honest: its examples are the crate documentation's (doctests, so
-//! they compile and run), and its two commands are the ones CI runs.
+//! Keeps the README honest: each of its Rust examples is a doctest of the crate
+//! documentation or of the `migrate` module (so it compiles and runs), the first
+//! one the crate's own first example, and its two commands are the ones CI runs.
 
 const README: &str = include_str!("../../README.md");
 const LIB_RS: &str = include_str!("../src/lib.rs");
+const MIGRATE_RS: &str = include_str!("../src/migrate.rs");
 const CI_RUN: &str = include_str!("../../.ci/run");
 const CI_TEST: &str = include_str!("../../.ci/test");
 
@@ -25,9 +27,9 @@ fn fenced_blocks(md: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The code blocks of `lib.rs`'s crate documentation (`//!` lines), each a doctest.
-fn crate_doc_examples() -> Vec<String> {
-    let doc: String = LIB_RS
+/// The Rust code blocks of a module's `//!` documentation, each a doctest.
+fn module_doc_examples(src: &str) -> Vec<String> {
+    let doc: String = src
         .lines()
         .filter_map(|l| l.strip_prefix("//!"))
         .map(|l| format!("{}\n", l.strip_prefix(' ').unwrap_or(l)))
@@ -40,24 +42,30 @@ fn crate_doc_examples() -> Vec<String> {
 }
 
 #[test]
-fn readme_examples_are_crate_doc_examples() {
+fn readme_examples_are_doctests() {
     let rust: Vec<String> = fenced_blocks(README)
         .into_iter()
         .filter(|(info, _)| info == "rust")
         .map(|b| b.1)
         .collect();
-    let doc = crate_doc_examples();
+    let crate_doc = module_doc_examples(LIB_RS);
+    let migrate_doc = module_doc_examples(MIGRATE_RS);
     assert!(!rust.is_empty(), "the README has a Rust example");
     assert_eq!(
-        rust[0], doc[0],
+        rust[0], crate_doc[0],
         "README.md's first example must equal zonealloc/src/lib.rs's first crate doc \
          example (the doctest that proves it compiles)"
     );
+    assert!(
+        rust.iter().any(|r| migrate_doc.contains(r)),
+        "README.md shows how to supply a migration callback: zonealloc/src/migrate.rs's \
+         module doc example"
+    );
     for r in &rust {
         assert!(
-            doc.contains(r),
-            "every Rust example of README.md must be one of zonealloc/src/lib.rs's crate \
-             doc examples (doctests), so that it compiles and runs:\n{r}"
+            crate_doc.contains(r) || migrate_doc.contains(r),
+            "every Rust example of README.md must be a doctest of zonealloc/src/lib.rs or \
+             zonealloc/src/migrate.rs, so that it compiles and runs:\n{r}"
         );
     }
 }

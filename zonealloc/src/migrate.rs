@@ -1,0 +1,312 @@
+//! Migration: moving a movable block to another block through its owner.
+//!
+//! Layer on the allocator's reference protocol (`allocator`), used by `compaction`.
+//! Takes no lock of its own: every step is a compare-and-swap on a head's state
+//! word, and the frees at the end take the zone lock through `free_one_page`.
+//!
+//! zonealloc does not know who refers to a block, so it cannot move one by itself:
+//! the owner of movable memory supplies a `Migrate` callback. Given the block and a
+//! new block of the same order, the owner copies the contents (an `Arena` backend
+//! copies the bytes for it: `Migration::copy_contents`) and switches its references
+//! to the new block, or refuses (the block is pinned, or no longer the owner's).
+//!
+//! ```
+//! use std::collections::HashMap;
+//! use std::sync::{Arc, Mutex};
+//! use zonealloc::{ArenaOptions, Config, Gfp, Migrate, MigrateOutcome, Order, Pfn, ZoneAllocator};
+//!
+//! /// An owner of movable pages: buffer id -> the page holding it.
+//! #[derive(Default)]
+//! struct Buffers(Mutex<HashMap<u64, Pfn>>);
+//!
+//! impl Migrate for Buffers {
+//!     // The default `migrate` has copied the bytes (an Arena backend) and asks the
+//!     // owner to switch its references; a block it does not hold stays put.
+//!     fn relocate(&self, old: Pfn, new: Pfn, _order: Order) -> MigrateOutcome {
+//!         match self.0.lock().unwrap().values_mut().find(|p| **p == old) {
+//!             Some(p) => {
+//!                 *p = new;
+//!                 MigrateOutcome::Moved
+//!             }
+//!             None => MigrateOutcome::Refused,
+//!         }
+//!     }
+//! }
+//!
+//! let config = Config { nr_cpus: 1, ..Config::with_bytes(16 << 20) };
+//! let za = ZoneAllocator::with_arena(config, ArenaOptions::default()).unwrap();
+//! let owner = Arc::new(Buffers::default());
+//! za.set_migrator(Some(owner.clone()));
+//!
+//! // Fill memory with movable pages and keep every fourth: every pageblock keeps
+//! // some, so no free order-9 block is left while three quarters are free.
+//! let mut pages = Vec::new();
+//! while let Ok(p) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NORETRY, Order(0)) {
+//!     pages.push(p);
+//! }
+//! for p in pages {
+//!     if p.0 % 4 != 0 {
+//!         za.free_pages(p, Order(0)).unwrap();
+//!         continue;
+//!     }
+//!     let page = za.page_address(p).unwrap().as_ptr();
+//!     // SAFETY: the arena maps a 4 KiB page at each frame's address, and this
+//!     // allocated page is ours alone.
+//!     unsafe { page.write_bytes(p.0 as u8 | 1, 4096) };
+//!     owner.0.lock().unwrap().insert(p.0, p);
+//! }
+//!
+//! // An order-9 request compacts: pages move, their bytes with them.
+//! let huge = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(9)).unwrap();
+//! assert!(za.compaction_stats().pgmigrate_success > 0);
+//! for (&id, &p) in owner.0.lock().unwrap().iter() {
+//!     // SAFETY: as above.
+//!     let first = unsafe { *za.page_address(p).unwrap().as_ptr() };
+//!     assert_eq!(first, id as u8 | 1);
+//! }
+//! za.free_pages(huge, Order(9)).unwrap();
+//! ```
+//!
+//! # The isolate-migrate-putback protocol
+//!
+//! A block is a candidate when its head is `Alloc` with the `Movable` type and no
+//! flag (a `PageBlock` guard's block and a page_frag cache's block are never moved:
+//! their pfn is held where the owner's callback cannot change it).
+//!
+//! ```text
+//!  isolate   Alloc{rc = r}             ──CAS──▶ Alloc{ISOLATED, rc = r + 1}
+//!            (compaction now holds one reference of its own)
+//!  target    new: private free block   ──────▶ Alloc{ISOLATED, rc = r' + 1}
+//!            (r' = the owner's references on old just before the call)
+//!  call      owner.migrate(old, new): copies, switches references, or refuses
+//!  moved     old ──CAS──▶ Frozen, freed;   new: compaction's reference dropped
+//!  refused   new ──CAS──▶ Frozen, kept as a target;   old: putback
+//!  putback   Alloc{ISOLATED, rc}: rc > 1 ─▶ Alloc{rc - 1};  rc = 1 ─▶ Frozen, freed
+//! ```
+//!
+//! While a block is isolated its owner may still free it or drop references: the
+//! owner's `free_pages`/`put_page` drops one of the owner's references (never
+//! compaction's), so the block cannot be freed under the migration and cannot be
+//! handed out twice. A free that drops the last of the owner's references leaves
+//! the block to compaction, whose putback frees it: Linux's `putback_movable_pages`
+//! after a page was freed under migration. A free of an isolated block whose owner
+//! references are all gone is a double free and is refused (`AlreadyFree`),
+//! changing nothing: detection stays exact. Calls that would change the block's
+//! shape or owner (`split_page`, a guard, the multi-page frees' claim) answer
+//! `Busy` while it is isolated.
+
+use crate::allocator::{Via, ZoneAllocator};
+use crate::backend::Backend;
+use crate::frame::{Tag, Word, FLAG_ISOLATED};
+use crate::types::{Migratetype, Order, Pfn};
+use crate::zone::Zone;
+
+/// What the owner did with a block compaction asked it to move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrateOutcome {
+    /// The contents are in the new block and every reference of the owner now names
+    /// it; the owner will never use the old block again.
+    Moved,
+    /// The block stays where it is (pinned, in use, or no longer the owner's).
+    Refused,
+}
+
+/// One block to move: what the owner's `Migrate::migrate` is given.
+pub struct Migration<'a> {
+    old: Pfn,
+    new: Pfn,
+    order: Order,
+    copy: &'a dyn Fn(Pfn, Pfn, u64) -> bool,
+}
+
+impl Migration<'_> {
+    /// The head of the block to move.
+    pub fn source(&self) -> Pfn {
+        self.old
+    }
+
+    /// The head of the block to move it to (same order, allocated to the owner).
+    pub fn target(&self) -> Pfn {
+        self.new
+    }
+
+    /// The order of both blocks.
+    pub fn order(&self) -> Order {
+        self.order
+    }
+
+    /// Copies the old block's contents into the new one through the backend;
+    /// `false` if frames have no contents (abstract frames: the owner moves its
+    /// data itself).
+    pub fn copy_contents(&self) -> bool {
+        (self.copy)(self.old, self.new, self.order.nr_pages())
+    }
+}
+
+/// An owner of movable memory: moves its blocks when compaction asks.
+///
+/// Register one with `ZoneAllocator::set_migrator` (used by direct and proactive
+/// compaction) or pass one to `compact_zone`/`compact_node`. Compaction calls it
+/// from the compacting thread, without any allocator lock held, for blocks
+/// allocated with a movable GFP (`Gfp::MOVABLE`) that carry no guard.
+///
+/// # Contract
+/// * Refuse blocks you do not hold (they may be someone else's movable memory, or
+///   yours freed a moment ago).
+/// * Serialize the call with your own frees and reference changes of the block
+///   (a lock, as Linux's migration holds the page lock). Between the call and its
+///   return, do not free or reference the old block by another path.
+/// * Return `Moved` only once your references name the new block. The new block
+///   arrives with as many references as you held on the old one; from the return
+///   on compaction frees the old block, and using it is a use after free.
+///
+/// Breaking the contract can corrupt only the owner's data: the allocator's own
+/// state (every frame free exactly once or owned exactly once) holds whatever the
+/// callback does.
+pub trait Migrate: Send + Sync {
+    /// Switches the owner's references from `old` to `new` (blocks of `2^order`
+    /// frames), after the contents were copied; `Refused` to keep the block where it
+    /// is. The default refuses: an owner implements this or `migrate`.
+    fn relocate(&self, old: Pfn, new: Pfn, order: Order) -> MigrateOutcome {
+        let _ = (old, new, order);
+        MigrateOutcome::Refused
+    }
+
+    /// Moves one block. The default copies the contents through the backend (an
+    /// `Arena` copies the bytes; abstract frames copy nothing) and then calls
+    /// `relocate`. Override it to copy under your own lock, or to move data the
+    /// allocator cannot see.
+    fn migrate(&self, m: &Migration<'_>) -> MigrateOutcome {
+        m.copy_contents();
+        self.relocate(m.source(), m.target(), m.order())
+    }
+}
+
+/// How one migration attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Moved; the target is now the owner's, the old block was freed.
+    Moved,
+    /// The owner refused; the block was put back, the target is still ours.
+    Refused,
+    /// The owner freed the block while it was isolated (before or during its call):
+    /// putback freed it and the target is still ours.
+    Freed,
+}
+
+impl<B: Backend> ZoneAllocator<B> {
+    /// Isolates the movable block headed by `pfn` for migration: one CAS adds
+    /// compaction's reference and `FLAG_ISOLATED`. Returns the block's order, or
+    /// `None` if the frame is not the head of a movable, unflagged allocated block.
+    pub(crate) fn isolate_movable(&self, z: &Zone, pfn: Pfn) -> Option<Order> {
+        let idx = z.idx(pfn);
+        let mut w = z.frames.word(idx);
+        loop {
+            if !is_movable_candidate(w) {
+                return None;
+            }
+            let rc = w.refcount().checked_add(1)?;
+            let new = w.with_refcount(rc).with_flags(FLAG_ISOLATED);
+            match z.frames.cas_word(idx, w, new) {
+                Ok(_) => return Some(w.order()),
+                Err(cur) => w = cur,
+            }
+        }
+    }
+
+    /// `putback_movable_pages()` for one block: drops compaction's reference; if it
+    /// was the last (the owner freed the block while isolated), frees the block.
+    /// Returns whether the block was freed.
+    pub(crate) fn putback_movable(&self, z: &Zone, pfn: Pfn) -> bool {
+        let idx = z.idx(pfn);
+        let mut w = z.frames.word(idx);
+        loop {
+            debug_assert!(w.tag() == Tag::Alloc && w.flags() & FLAG_ISOLATED != 0);
+            let new = if w.refcount() <= 1 {
+                Word::frozen(w.order())
+            } else {
+                w.with_refcount(w.refcount() - 1).with_flags(0)
+            };
+            match z.frames.cas_word(idx, w, new) {
+                Ok(_) => break,
+                Err(cur) => w = cur,
+            }
+        }
+        let freed = w.refcount() <= 1;
+        if freed {
+            self.release_frozen(z, pfn, w.order(), Via::Zone);
+        }
+        freed
+    }
+
+    /// Takes every reference off an isolated head (the caller's and any the owner
+    /// left) and returns the head's order: the block is the caller's, `Frozen`.
+    fn seize_isolated(&self, z: &Zone, pfn: Pfn) -> Order {
+        let idx = z.idx(pfn);
+        let mut w = z.frames.word(idx);
+        loop {
+            debug_assert!(w.tag() == Tag::Alloc && w.flags() & FLAG_ISOLATED != 0);
+            match z.frames.cas_word(idx, w, Word::frozen(w.order())) {
+                Ok(_) => return w.order(),
+                Err(cur) => w = cur,
+            }
+        }
+    }
+
+    /// Migrates the isolated block `old` of `order` to `new`, a block of the same
+    /// order the caller holds privately (`Frozen`), through the owner `m`. On
+    /// `Moved` the target became the owner's; otherwise it is still the caller's.
+    pub(crate) fn migrate_isolated(
+        &self,
+        z: &Zone,
+        old: Pfn,
+        new: Pfn,
+        order: Order,
+        m: &dyn Migrate,
+    ) -> Step {
+        let w = z.frames.word(z.idx(old));
+        if w.refcount() <= 1 {
+            // Freed by its owner since isolation: only compaction's reference left.
+            self.putback_movable(z, old);
+            return Step::Freed;
+        }
+        // The target carries the owner's references as of now, plus compaction's,
+        // so the owner can free it the moment its references name it.
+        let target = Word::alloc_flagged(order, Migratetype::Movable, FLAG_ISOLATED)
+            .with_refcount(w.refcount());
+        z.frames.set_word(z.idx(new), target);
+        let copy = |from: Pfn, to: Pfn, nr: u64| self.backend.copy_pages(from, to, nr);
+        let outcome = m.migrate(&Migration {
+            old,
+            new,
+            order,
+            copy: &copy,
+        });
+        match outcome {
+            MigrateOutcome::Moved => {
+                self.seize_isolated(z, old);
+                z.events.pgalloc.inc(order.nr_pages());
+                self.release_frozen(z, old, order, Via::Zone);
+                self.putback_movable(z, new);
+                Step::Moved
+            }
+            MigrateOutcome::Refused => {
+                self.seize_isolated(z, new);
+                if self.putback_movable(z, old) {
+                    Step::Freed
+                } else {
+                    Step::Refused
+                }
+            }
+        }
+    }
+}
+
+/// Whether `w` heads a block compaction may isolate: allocated, movable, no flag.
+#[inline]
+pub(crate) fn is_movable_candidate(w: Word) -> bool {
+    w.tag() == Tag::Alloc
+        && w.aux() == Migratetype::Movable as u8
+        && w.flags() == 0
+        && w.refcount() >= 1
+}

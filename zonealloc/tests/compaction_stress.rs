@@ -1,0 +1,340 @@
+//! Compaction under load, with an exact ledger (testing plan §2): worker threads
+//! allocate and free movable and unmovable blocks (order-9 movable requests compact
+//! directly) while a compaction thread runs `compact_zone` and proactive compaction
+//! over the same zone, moving the workers' movable blocks through their owner. The
+//! compaction thread waits for 500 worker operations between runs, so that the
+//! workers' direct compaction gets the zone's compaction lock too.
+//!
+//! # The ledger
+//!
+//! `ledger[pfn]` is 0 when no block of the test holds frame `pfn`, else 1 + the id of
+//! the block that does. An allocation CASes each frame 0 -> id (a failure is a frame
+//! handed out twice: to two callers, or as a migration target while allocated); a
+//! free CASes id -> 0 *before* the allocator is told. The owner's callback moves a
+//! block's ledger entry under the owner's table lock: it claims the target's frames
+//! (CAS 0 -> id: a target that is anyone's allocation fails it) and releases the
+//! source's before compaction frees the source. So a frame is never free in the
+//! allocator and owned in the ledger at once, and a frame owned twice is caught.
+//! An error from any call on a block the test holds is a violation too.
+//!
+//! At the end: every thread joined, `check_invariants()`, the validator's allocated
+//! pages equal the ledger's, free + owned = managed, every owned movable block is an
+//! allocated head with one reference at the pfn the owner's table names, and pages
+//! were in fact moved (otherwise the test would prove nothing).
+//!
+//! `cargo test --release -p zonealloc --test compaction_stress -- --nocapture`
+//! prints the figures; `ZONEALLOC_STRESS_SCALE=N` multiplies the operations.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use zonealloc::*;
+
+#[path = "support/figures.rs"]
+mod figures;
+#[path = "support/settled.rs"]
+mod support;
+use support::settled;
+
+const FRAMES: u64 = 8192;
+const WORKERS: usize = 3;
+const BASE_OPS: u64 = 200_000;
+
+struct Shared {
+    za: ZoneAllocator,
+    ledger: Vec<AtomicU64>,
+    owner: Arc<Owner>,
+    next_id: AtomicU64,
+    violations: Mutex<Vec<String>>,
+    checks: AtomicU64,
+    /// Operations the workers have run (the compaction thread paces itself by it).
+    progress: AtomicU64,
+}
+
+/// The owner of the movable blocks: id -> (pfn, order) and pfn -> id.
+struct Owner {
+    table: Mutex<Table>,
+    shared: std::sync::OnceLock<std::sync::Weak<Shared>>,
+}
+
+#[derive(Default)]
+struct Table {
+    by_id: HashMap<u64, (Pfn, Order)>,
+    by_pfn: HashMap<u64, u64>,
+}
+
+impl Migrate for Owner {
+    fn migrate(&self, m: &Migration<'_>) -> MigrateOutcome {
+        let Some(sh) = self.shared.get().and_then(|w| w.upgrade()) else {
+            return MigrateOutcome::Refused;
+        };
+        let mut t = self.table.lock().unwrap();
+        let Some(id) = t.by_pfn.remove(&m.source().0) else {
+            return MigrateOutcome::Refused;
+        };
+        let order = m.order();
+        sh.claim(m.target(), order, id);
+        sh.release(m.source(), order, id);
+        t.by_pfn.insert(m.target().0, id);
+        t.by_id.insert(id, (m.target(), order));
+        MigrateOutcome::Moved
+    }
+}
+
+impl Shared {
+    fn violation(&self, what: String) {
+        self.violations.lock().unwrap().push(what);
+    }
+
+    fn claim(&self, pfn: Pfn, order: Order, id: u64) {
+        for p in pfn.0..pfn.0 + order.nr_pages() {
+            self.checks.fetch_add(1, Ordering::Relaxed);
+            if let Err(cur) = self.ledger[p as usize].compare_exchange(
+                0,
+                id + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                self.violation(format!(
+                    "frame {p} of block {id} at {pfn} order {order} already owned by {}",
+                    cur - 1
+                ));
+            }
+        }
+    }
+
+    fn release(&self, pfn: Pfn, order: Order, id: u64) {
+        for p in pfn.0..pfn.0 + order.nr_pages() {
+            self.checks.fetch_add(1, Ordering::Relaxed);
+            if let Err(cur) = self.ledger[p as usize].compare_exchange(
+                id + 1,
+                0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                self.violation(format!("frame {p} of block {id}: ledger says {cur}"));
+            }
+        }
+    }
+
+    fn owned(&self) -> u64 {
+        self.ledger
+            .iter()
+            .filter(|t| t.load(Ordering::Relaxed) != 0)
+            .count() as u64
+    }
+}
+
+fn step(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// One worker: a random mix of movable and unmovable allocations and frees.
+fn worker(sh: &Shared, cpu: usize, seed: u64, ops: u64) {
+    let mut rng = seed;
+    let mut unmovable: Vec<(u64, Pfn, Order)> = Vec::new();
+    let mut movable: Vec<u64> = Vec::new();
+    for _ in 0..ops {
+        sh.progress.fetch_add(1, Ordering::Relaxed);
+        let r = step(&mut rng);
+        match r % 100 {
+            0..=39 => {
+                let order = match (r >> 8) % 100 {
+                    0..=79 => Order(0),
+                    80..=95 => Order(((r >> 16) % 4) as u8 + 1),
+                    _ => Order(9),
+                };
+                let Ok(p) = sh.za.alloc_pages_on(cpu, Gfp::HIGHUSER_MOVABLE, order) else {
+                    continue;
+                };
+                let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+                sh.claim(p, order, id);
+                let mut t = sh.owner.table.lock().unwrap();
+                t.by_id.insert(id, (p, order));
+                t.by_pfn.insert(p.0, id);
+                movable.push(id);
+            }
+            40..=47 => {
+                let order = Order(((r >> 8) % 3) as u8);
+                let Ok(p) = sh.za.alloc_pages_on(cpu, Gfp::KERNEL, order) else {
+                    continue;
+                };
+                let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+                sh.claim(p, order, id);
+                unmovable.push((id, p, order));
+            }
+            48..=87 if !movable.is_empty() => {
+                let id = movable.swap_remove((r >> 8) as usize % movable.len());
+                let (p, order) = {
+                    let mut t = sh.owner.table.lock().unwrap();
+                    let (p, order) = t.by_id.remove(&id).expect("the owner's block");
+                    t.by_pfn.remove(&p.0);
+                    sh.release(p, order, id);
+                    (p, order)
+                };
+                if let Err(e) = sh.za.free_pages_on(cpu, p, order) {
+                    sh.violation(format!("free of movable block {id} at {p}: {e}"));
+                }
+            }
+            _ if !unmovable.is_empty() => {
+                let (id, p, order) = unmovable.swap_remove((r >> 8) as usize % unmovable.len());
+                sh.release(p, order, id);
+                if let Err(e) = sh.za.free_pages_on(cpu, p, order) {
+                    sh.violation(format!("free of unmovable block {id} at {p}: {e}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (id, p, order) in unmovable {
+        sh.release(p, order, id);
+        if let Err(e) = sh.za.free_pages_on(cpu, p, order) {
+            sh.violation(format!("final free of {p}: {e}"));
+        }
+    }
+    // Movable blocks stay with the owner until the end-of-test check.
+}
+
+#[test]
+fn compaction_beside_allocating_and_freeing_threads_keeps_the_ledger_exact() {
+    let scale = std::env::var("ZONEALLOC_STRESS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1u64);
+    let ops = BASE_OPS * scale;
+    let owner = Arc::new(Owner {
+        table: Mutex::new(Table::default()),
+        shared: std::sync::OnceLock::new(),
+    });
+    let sh = Arc::new(Shared {
+        za: ZoneAllocator::new(Config {
+            nr_cpus: WORKERS,
+            min_free_kbytes: Some(0),
+            ..Config::single_zone(ZoneType::Normal, Pfn(0), FRAMES)
+        })
+        .unwrap(),
+        ledger: (0..FRAMES).map(|_| AtomicU64::new(0)).collect(),
+        owner: owner.clone(),
+        next_id: AtomicU64::new(0),
+        violations: Mutex::new(Vec::new()),
+        checks: AtomicU64::new(0),
+        progress: AtomicU64::new(0),
+    });
+    owner.shared.set(Arc::downgrade(&sh)).ok().unwrap();
+    sh.za.set_migrator(Some(owner.clone()));
+    sh.za.set_compaction_proactiveness(90).unwrap();
+    let id = sh.za.zone_id_of(Pfn(0)).unwrap();
+    let done = AtomicBool::new(false);
+    let mut runs = 0u64;
+    thread::scope(|s| {
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|cpu| {
+                let sh = &sh;
+                s.spawn(move || worker(sh, cpu, 0x5eed + cpu as u64, ops))
+            })
+            .collect();
+        let compactor = s.spawn(|| {
+            let mut n = 0u64;
+            let mut k = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                k += 1;
+                let order = if k.is_multiple_of(3) {
+                    None
+                } else {
+                    Some(Order(9))
+                };
+                sh.za.compact_zone(id, order, &*owner).unwrap();
+                sh.za.proactive_compact_node(0);
+                n += 1;
+                // Leave the zone to the workers' direct compaction for a while.
+                let until = sh.progress.load(Ordering::Relaxed) + 500;
+                while sh.progress.load(Ordering::Relaxed) < until && !done.load(Ordering::Relaxed) {
+                    thread::yield_now();
+                }
+            }
+            n
+        });
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        runs = compactor.join().unwrap();
+    });
+    // One more run with the workers gone: it must still leave the ledger exact.
+    sh.za.compact_zone(id, None, &*owner).unwrap();
+    sh.za.drain_all_pages();
+
+    let violations = sh.violations.lock().unwrap().clone();
+    let stats = sh.za.compaction_stats();
+    let report = sh.za.check_invariants().unwrap();
+    let owned = sh.owned();
+    let table = sh.owner.table.lock().unwrap();
+    let mut states_checked = 0u64;
+    for (&bid, &(p, order)) in table.by_id.iter() {
+        assert_eq!(
+            sh.za.frame_state(p),
+            Some(FrameState::Allocated { order, refcount: 1 }),
+            "block {bid}"
+        );
+        assert_eq!(sh.ledger[p.0 as usize].load(Ordering::Relaxed), bid + 1);
+        states_checked += 1;
+    }
+    drop(table);
+    println!(
+        "compaction stress: {WORKERS} workers x {ops} ops, {runs} compaction runs beside them; \
+         {} pages moved, {} refused, {} isolated; direct compactions {} \
+         ({} succeeded); {} ledger checks, {states_checked} live blocks checked, violations {}",
+        stats.pgmigrate_success,
+        stats.pgmigrate_fail,
+        stats.compact_isolated,
+        stats.compact_stall,
+        stats.compact_success,
+        sh.checks.load(Ordering::Relaxed),
+        violations.len()
+    );
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(report.allocated_pages, owned, "validator vs ledger");
+    assert_eq!(
+        sh.za.nr_free_pages() + owned,
+        sh.za.managed_pages(),
+        "frames lost"
+    );
+    assert!(
+        stats.pgmigrate_success > 0,
+        "nothing was moved: the test proved nothing"
+    );
+    figures::record(
+        "stress-compaction",
+        env!("CARGO_MANIFEST_DIR"),
+        &[
+            ("operations".into(), WORKERS as u64 * ops + runs),
+            ("threads".into(), WORKERS as u64 + 1),
+            ("invariant_checks".into(), 1),
+            (
+                "invariant_assertions".into(),
+                sh.checks.load(Ordering::Relaxed) + states_checked,
+            ),
+            ("pages_migrated".into(), stats.pgmigrate_success),
+            ("violations".into(), violations.len() as u64),
+            (
+                "frames_lost".into(),
+                sh.za.managed_pages() - (sh.za.nr_free_pages() + owned),
+            ),
+        ],
+    );
+
+    sh.za.set_migrator(None);
+    let mut t = sh.owner.table.lock().unwrap();
+    for (bid, (p, order)) in t.by_id.drain() {
+        sh.release(p, order, bid);
+        sh.za.free_pages(p, order).unwrap();
+    }
+    drop(t);
+    settled(&sh.za);
+}
