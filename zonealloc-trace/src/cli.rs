@@ -62,6 +62,10 @@ pub struct ReplayArgs {
     /// Directory for the pictures (`replay` draws them only when given).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// After the replay, time `xz -dc TRACE > /dev/null` (best of 3) and print the
+    /// replay's end-to-end time next to it.
+    #[arg(long)]
+    vs_xz: bool,
 }
 
 /// Arguments of `fragbench`.
@@ -120,7 +124,10 @@ fn layout_of(a: &ReplayArgs) -> Result<ZoneLayout, Box<dyn std::error::Error>> {
         .iter()
         .map(|s| ZoneLayout::parse_zone_arg(s))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ZoneLayout { zones })
+    Ok(ZoneLayout {
+        zones,
+        nr_cpus: None,
+    })
 }
 
 fn write_json<T: serde::Serialize>(path: &Path, v: &T) -> Res {
@@ -150,6 +157,9 @@ pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
     let (report, state) = replay::run_with_state(&a.trace, &opts)?;
     if !map {
         out!("{report}");
+    }
+    if a.vs_xz {
+        compare_with_xz(&a.trace, report.timing.end_to_end_ns)?;
     }
     if let Some(j) = &a.json {
         write_json(j, &report)?;
@@ -212,6 +222,32 @@ pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
         "trace events replayed",
     )?;
     out!("buddyinfo chart: {}", chart.display());
+    Ok(())
+}
+
+/// Times `xz -dc trace > /dev/null` three times and prints the best next to the
+/// replay's end-to-end time.
+fn compare_with_xz(trace: &Path, replay_ns: u64) -> Res {
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let st = std::process::Command::new("xz")
+            .arg("-dc")
+            .arg(trace)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("running xz -dc {}: {e}", trace.display()))?;
+        if !st.success() {
+            return Err(format!("xz -dc {}: {st}", trace.display()).into());
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let replay = replay_ns as f64 / 1e9;
+    out!(
+        "vs xz: `xz -dc {} > /dev/null` takes {best:.3} s (best of 3); this replay took {replay:.3} s end to end = {:.2}x xz",
+        trace.display(),
+        replay / best
+    );
     Ok(())
 }
 

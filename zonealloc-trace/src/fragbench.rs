@@ -53,6 +53,7 @@ use crate::event::{Event, Record};
 use crate::layout::{HoleModel, ZoneLayout};
 use crate::reader::{read_all, ReadOptions};
 use crate::replay::{BuddySample, Replayer};
+use crate::replay::{ReplayError, MAX_AUTO_CPUS};
 use crate::rng::SplitMix64;
 
 /// The order asked for in the passes (x86-64's pageblock and THP order).
@@ -797,14 +798,28 @@ pub fn peak_live_pages(records: &[Record]) -> u64 {
     peak
 }
 
+/// Reads the whole trace of the trace workload (before any work, so a bad file is
+/// refused at once).
+fn read_trace(path: &Path) -> Result<Vec<Record>, ReplayError> {
+    let read = ReadOptions {
+        nr_cpus: Some(MAX_AUTO_CPUS),
+        ..ReadOptions::default()
+    };
+    Ok(read_all(path, read)?.0)
+}
+
 fn trace_workload(
     path: &Path,
+    records: &[Record],
     o: &FragOptions,
     out: Option<&PictureOut>,
-) -> Result<WorkloadResult, crate::reader::TraceError> {
-    let (records, _) = read_all(path, ReadOptions::default())?;
-    let peak = peak_live_pages(&records);
-    let nr_pages = ((peak as f64 * 1.2) as u64).next_multiple_of(1 << MAX_ORDER);
+) -> Result<WorkloadResult, ReplayError> {
+    let peak = peak_live_pages(records);
+    // Room for the peak and a fifth more, and never less than a few max-order blocks
+    // (a trace of frees only holds nothing at its peak).
+    let nr_pages = ((peak as f64 * 1.2) as u64)
+        .max(4 << MAX_ORDER)
+        .next_multiple_of(1 << MAX_ORDER);
     let start = 1u64 << 20;
     let layout = ZoneLayout::single(ZoneType::Normal, start, nr_pages);
     let nr_cpus = records
@@ -828,8 +843,8 @@ fn trace_workload(
         let mut config = layout.config(HoleModel::Managed, nr_cpus);
         config.mobility_grouping = grouping;
         let every = (records.len() as u64 / o.samples.max(1)).max(1);
-        let mut rp = Replayer::new(config, every).expect("valid layout");
-        rp.replay(&records);
+        let mut rp = Replayer::new(config, every)?;
+        rp.replay(records);
         let held: Vec<(u64, u8)> = rp.live_blocks().map(|(p, ord, _)| (p.0, ord.0)).collect();
         let mixed = mixed_pageblocks(
             rp.live_blocks()
@@ -905,15 +920,13 @@ fn trace_workload(
 /// `o.trace` is set, the trace workload; draws maps and charts into `out`.
 ///
 /// # Errors
-/// Reading the trace.
-pub fn run(
-    o: &FragOptions,
-    out: Option<&PictureOut>,
-) -> Result<FragReport, crate::reader::TraceError> {
+/// Reading the trace (see `TraceReader`), or a trace that makes no valid zone.
+pub fn run(o: &FragOptions, out: Option<&PictureOut>) -> Result<FragReport, ReplayError> {
+    let records = o.trace.as_deref().map(read_trace).transpose()?;
     let synthetic = synthetic(o, out);
-    let trace = match &o.trace {
-        Some(p) => Some(trace_workload(p, o, out)?),
-        None => None,
+    let trace = match (&o.trace, &records) {
+        (Some(p), Some(r)) => Some(trace_workload(p, r, o, out)?),
+        _ => None,
     };
     Ok(FragReport {
         options: o.clone(),

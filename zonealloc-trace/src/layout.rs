@@ -93,6 +93,8 @@ impl std::error::Error for LayoutError {}
 pub struct ZoneLayout {
     /// Populated zones (spanned > 0).
     pub zones: Vec<ZoneSpec>,
+    /// CPUs of the machine, when known (a zoneinfo's per-CPU pagesets).
+    pub nr_cpus: Option<usize>,
 }
 
 fn zone_type_named(name: &str) -> Option<ZoneType> {
@@ -119,6 +121,7 @@ impl ZoneLayout {
                 z(ZoneType::Dma32, 4096, 1_044_480, 782_336, 772_917),
                 z(ZoneType::Normal, 1_048_576, 5_505_024, 5_505_024, 524_288),
             ],
+            nr_cpus: Some(2),
         }
     }
 
@@ -133,6 +136,7 @@ impl ZoneLayout {
                 present: nr_pages,
                 managed: nr_pages,
             }],
+            nr_cpus: None,
         }
     }
 
@@ -159,8 +163,16 @@ impl ZoneLayout {
             vals: [Option<u64>; 4],
         }
         let mut sections: Vec<Section> = Vec::new();
+        // `cpu: N` lines of the current section's pagesets; the machine's CPU count is
+        // the most any zone lists.
+        let (mut cpus, mut max_cpus) = (0usize, 0usize);
         for (i, line) in text.lines().enumerate() {
             let t = line.trim();
+            if t.starts_with("cpu:") {
+                cpus += 1;
+                max_cpus = max_cpus.max(cpus);
+                continue;
+            }
             if let Some(rest) = t.strip_prefix("Node ") {
                 let (n, z) = rest
                     .split_once(", zone")
@@ -169,6 +181,7 @@ impl ZoneLayout {
                     .trim()
                     .parse()
                     .map_err(|_| LayoutError(format!("zoneinfo line {}: bad node", i + 1)))?;
+                cpus = 0;
                 sections.push(Section {
                     node,
                     name: z.trim().to_string(),
@@ -224,7 +237,8 @@ impl ZoneLayout {
         if zones.is_empty() {
             return Err(LayoutError("zoneinfo: no populated zone".into()));
         }
-        Ok(ZoneLayout { zones })
+        let nr_cpus = (max_cpus > 0).then_some(max_cpus);
+        Ok(ZoneLayout { zones, nr_cpus })
     }
 
     /// Parses a zone given on the command line:
@@ -271,6 +285,11 @@ impl ZoneLayout {
             present,
             managed,
         })
+    }
+
+    /// One past the last frame of the last zone (`None` without zones).
+    pub fn end_pfn(&self) -> Option<u64> {
+        self.zones.iter().map(|z| z.start_pfn + z.spanned).max()
     }
 
     /// Frames zonealloc will manage under `holes`.
@@ -331,6 +350,11 @@ Node 0, zone      DMA
         spanned  4095
         present  3998
         managed  3840
+  pagesets
+    cpu: 0
+              count:    0
+    cpu: 1
+              count:    0
   start_pfn:           1
 Node 0, zone    DMA32
   pages free     1

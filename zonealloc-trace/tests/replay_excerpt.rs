@@ -254,7 +254,9 @@ fn trace_pipe_corner_cases() {
     assert_eq!(r.end.live_pages, 3);
     assert_eq!(r.nr_cpus, 2);
     match strict {
-        Err(replay::ReplayError::Trace(TraceError::Malformed(m))) => assert_eq!(m.line, 8),
+        Err(replay::ReplayError::Trace(TraceError::Malformed { line, .. })) => {
+            assert_eq!(line.line, 8)
+        }
         other => panic!("strict replay did not stop at line 8: {other:?}"),
     }
 }
