@@ -50,6 +50,10 @@ pub struct ReplayArgs {
     /// Replay with mobility grouping off.
     #[arg(long)]
     no_grouping: bool,
+    /// Start cold: empty per-CPU lists, pre-trace frees skipped (default: warm, from
+    /// the zoneinfo's per-CPU counts, pre-trace frees replayed from a pool).
+    #[arg(long)]
+    cold: bool,
     /// Stop at the first malformed line instead of skipping it.
     #[arg(long)]
     strict: bool,
@@ -127,6 +131,7 @@ fn layout_of(a: &ReplayArgs) -> Result<ZoneLayout, Box<dyn std::error::Error>> {
     Ok(ZoneLayout {
         zones,
         nr_cpus: None,
+        min_free_kbytes: None,
     })
 }
 
@@ -152,6 +157,7 @@ pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
             ..ReadOptions::default()
         },
         max_events: a.max_events,
+        warm: !a.cold,
         ..ReplayOptions::default()
     };
     let (report, state) = replay::run_with_state(&a.trace, &opts)?;

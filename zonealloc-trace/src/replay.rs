@@ -2,7 +2,7 @@
 //!
 //! Top layer: reads records through `reader`, drives a `ZoneAllocator` through its
 //! public API only, and reports. Each event runs on the CPU the trace names
-//! (`alloc_pages_on` / `free_pages_on`, taken modulo `nr_cpus`).
+//! (`alloc_pages_on` / `free_pages_on`).
 //!
 //! # What each event does
 //!
@@ -11,32 +11,48 @@
 //! | `mm_page_alloc` | `alloc_pages_on(cpu, gfp, order)`; the trace pfn is mapped to zonealloc's |
 //! | `mm_page_free` | `free_pages_on(cpu, mapped pfn, order)` |
 //! | `mm_page_free_batched` | nothing: the same free as its `mm_page_free` (counted) |
-//! | `mm_page_alloc_zone_locked` | nothing: the kernel's own refill (counted, compared) |
-//! | `mm_page_pcpu_drain` | nothing: the kernel's own flush (counted, compared) |
+//! | `mm_page_alloc_zone_locked` | the kernel's own refill (counted, compared); frees a block still held there |
+//! | `mm_page_pcpu_drain` | the kernel's own flush (counted, compared); frees a block still held there |
 //! | `mm_page_alloc_extfrag` | nothing: the kernel's own fallback (counted, compared) |
 //!
 //! The gfp flags are the trace's, with the mobility bits set from its `migratetype`
 //! field (`gfp_names::effective_gfp`).
 //!
+//! # Starting where the traced machine was
+//!
+//! A replay into a fresh allocator starts with empty per-CPU lists, and every
+//! allocation of the first thousands refills them; the traced kernel had thousands
+//! of pages on them. With `ReplayOptions::warm` (the default) the replay starts from
+//! the machine's zoneinfo instead: its watermarks (`min_free_kbytes`, which sets each
+//! list's `high_min`), each CPU's `count` split between the list orders by what the
+//! trace's first refills show (`warm_state`), and each CPU's `high` grown toward the
+//! zoneinfo's (`Replayer::warm_start`). The free-page count is not copied: a
+//! snapshot is rarely of the trace's first instant, and a zone filled to it would run
+//! dry where the kernel did not.
+//!
 //! # Frames the trace does not explain
 //!
 //! A trace is a window: blocks freed in it may have been allocated before it began,
 //! and perf drops events when its buffer overflows. So:
-//! * a free of a pfn with no mapping is a *pre-trace free*: counted, skipped;
+//! * a free of a pfn with no mapping is a *pre-trace free*: the kernel put it on a
+//!   per-CPU list like any other, so (warm) the replay frees as many pages of a pool
+//!   standing for pre-trace memory on the same CPU (cold: counted, skipped);
 //! * a free of part of a mapped block (a `split_page()`d block freed page by page) is
 //!   replayed as `split_page` of the mapped block, then frees of the pages named;
-//! * an allocation at a pfn that is still mapped means the kernel freed it unseen
-//!   (a lost event): the old block is freed first (an *implicit free*), then the
-//!   allocation runs;
+//! * the kernel reusing frames the replay still holds means their free was lost: an
+//!   allocation at the same head (an *implicit free*) or overlapping a held block, a
+//!   refill or high-order take (`mm_page_alloc_zone_locked`), or a flush
+//!   (`mm_page_pcpu_drain`) of them frees the held blocks first, on that CPU, when
+//!   the event is seen;
 //! * an allocation the kernel failed (`pfn=-1`) is counted and not replayed; one that
 //!   fails in zonealloc is counted, and its later free skipped.
 //!
 //! # Timing
 //!
 //! Records are parsed into a compact `Vec` a chunk at a time (65,536 by default, 3 MB
-//! that stay in cache),
-//! then replayed; only the replay loop is timed, never the parsing, and never the
-//! `buddyinfo()` samples taken between segments for the charts.
+//! that stay in cache), then replayed; only the replay loop is timed, never the
+//! parsing, and never the `buddyinfo()` samples taken between segments for the
+//! charts. The report also gives the end-to-end time, file opened to last event.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -46,8 +62,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use zonealloc::{
-    unusable_free_index, Config, ConfigError, Gfp, Migratetype, Order, Pfn, ZoneAllocator,
-    MIGRATE_TYPES,
+    unusable_free_index, Config, ConfigError, Gfp, Migratetype, Order, PcpCpuStats, Pfn,
+    ZoneAllocator, MIGRATE_TYPES,
 };
 
 use crate::action::Action;
@@ -79,6 +95,11 @@ pub struct ReplayOptions {
     pub sample_every: u64,
     /// Stop after this many records.
     pub max_events: Option<u64>,
+    /// Start from the traced machine's state where the layout gives it: the per-CPU
+    /// lists filled to its zoneinfo's `count:` (see `Replayer::warm_start`), and
+    /// pre-trace frees replayed from a pool of pages (`Replayer::set_pretrace_pool`).
+    /// Off: empty lists, pre-trace frees skipped.
+    pub warm: bool,
 }
 
 impl Default for ReplayOptions {
@@ -92,6 +113,7 @@ impl Default for ReplayOptions {
             chunk_events: 1 << 16,
             sample_every: 2000,
             max_events: None,
+            warm: true,
         }
     }
 }
@@ -174,10 +196,25 @@ pub struct ReplayCounts {
     pub kernel_failed_allocs: u64,
     /// Allocations at a pfn still mapped: the old block was freed first.
     pub implicit_frees: u64,
+    /// Held blocks an allocation overlapped without starting at their head (a
+    /// split or merged block whose free was lost): freed first.
+    pub overlap_frees: u64,
+    /// Held blocks the kernel took from its buddy lists (`mm_page_alloc_zone_locked`),
+    /// so free in the kernel: freed when the event was seen.
+    pub lost_frees_at_zone_locked: u64,
+    /// Held blocks the kernel flushed from a per-CPU list (`mm_page_pcpu_drain`), so
+    /// free in the kernel: freed when the event was seen.
+    pub lost_frees_at_drain: u64,
     /// `mm_page_free` events replayed as `free_pages_on`.
     pub frees: u64,
-    /// Frees of blocks allocated before the trace began (skipped).
+    /// Frees of blocks allocated before the trace began: replayed as frees of pages
+    /// from the pre-trace pool (`pretrace_pool`), else skipped.
     pub frees_pretrace: u64,
+    /// Of those, replayed.
+    pub frees_pretrace_replayed: u64,
+    /// Max-order blocks allocated and split to stand for memory in use before the
+    /// trace (the pool that pre-trace frees are taken from).
+    pub pretrace_pool_blocks: u64,
     /// Frees of blocks whose allocation failed in zonealloc (skipped).
     pub frees_of_failed_allocs: u64,
     /// Frees of part of a mapped block, replayed after `split_page`.
@@ -188,8 +225,11 @@ pub struct ReplayCounts {
     pub free_errors: u64,
     /// `mm_page_free_batched` events (each the same free as an `mm_page_free`).
     pub free_batched: u64,
-    /// Calls into zonealloc (`alloc_pages_on`, `free_pages_on`, `split_page`).
+    /// Calls into zonealloc (`alloc_pages_on`, `free_pages_on`, `split_page`) for
+    /// the trace's events (the warm start before the first event not counted).
     pub allocator_calls: u64,
+    /// Pages put on the per-CPU lists before the first event (warm start).
+    pub warm_pcp_pages: u64,
 }
 
 /// One `buddyinfo()` sample.
@@ -206,8 +246,18 @@ pub struct BuddySample {
 /// A trace being replayed into a zonealloc instance.
 pub struct Replayer {
     za: ZoneAllocator,
+    /// Held blocks by the trace pfn of their head.
     live: PfnMap<Live>,
+    /// Every other trace pfn of held blocks of order > 0, to its block's head.
+    covered: PfnMap<u64>,
     failed: PfnSet,
+    /// zonealloc order-0 pages standing for memory in use before the trace.
+    pool: Vec<u64>,
+    /// Replay pre-trace frees from `pool` (else skip them).
+    pretrace_pool: bool,
+    /// Per-CPU list figures when the trace's first event was replayed (after the warm
+    /// start): the report gives what the trace did since.
+    pcp_baseline: Vec<Vec<PcpCpuStats>>,
     counts: ReplayCounts,
     kernel: KernelCounts,
     events: EventCounts,
@@ -231,10 +281,15 @@ impl Replayer {
         let za = ZoneAllocator::new(config)?;
         let max_order = za.config().max_order.0 as usize;
         let pageblocks_at_start = za.free_counts().iter().map(|z| z.nr_blocks).collect();
+        let pcp_baseline = za.pcp_stats().into_iter().map(|z| z.cpus).collect();
         let mut r = Replayer {
             za,
             live: PfnMap::default(),
+            covered: PfnMap::default(),
             failed: PfnSet::default(),
+            pool: Vec::new(),
+            pretrace_pool: false,
+            pcp_baseline,
             counts: ReplayCounts {
                 alloc_failures_by_order: vec![0; max_order + 1],
                 ..ReplayCounts::default()
@@ -344,15 +399,18 @@ impl Replayer {
                 implicit_free,
             } => {
                 if implicit_free {
-                    if let Some(old) = self.live.remove(&pfn) {
+                    if let Some(old) = self.release(pfn) {
                         self.counts.implicit_frees += 1;
                         self.free_block(cpu, old);
                     }
                 }
+                if order > 0 || !self.covered.is_empty() {
+                    self.counts.overlap_frees += self.free_overlapping(cpu, pfn, order);
+                }
                 self.alloc(cpu, pfn, order, gfp);
             }
             Action::Free { pfn, .. } => {
-                if let Some(l) = self.live.remove(&pfn) {
+                if let Some(l) = self.release(pfn) {
                     self.counts.frees += 1;
                     self.free_block(cpu, l);
                 }
@@ -363,22 +421,37 @@ impl Replayer {
                     self.split_and_free(cpu, head, l, pfn, order);
                 }
             }
-            Action::Unheld { pfn } => {
+            Action::Unheld { pfn, order } => {
                 if self.failed.remove(&pfn) {
                     self.counts.frees_of_failed_allocs += 1;
                 } else {
                     self.counts.frees_pretrace += 1;
+                    if self.pretrace_pool {
+                        self.free_pretrace(cpu, order);
+                    }
                 }
             }
             Action::FreeBatched => self.counts.free_batched += 1,
-            Action::KernelZoneLocked { percpu_refill } => {
+            Action::KernelZoneLocked {
+                pfn,
+                order,
+                percpu_refill,
+            } => {
                 if percpu_refill {
                     self.kernel.refill_blocks += 1;
                 } else {
                     self.kernel.zone_locked_other += 1;
                 }
+                if self.holds_any(pfn, order) {
+                    self.counts.lost_frees_at_zone_locked += self.free_overlapping(cpu, pfn, order);
+                }
             }
-            Action::KernelDrain => self.kernel.drain_blocks += 1,
+            Action::KernelDrain { pfn, order } => {
+                self.kernel.drain_blocks += 1;
+                if self.holds_any(pfn, order) {
+                    self.counts.lost_frees_at_drain += self.free_overlapping(cpu, pfn, order);
+                }
+            }
             Action::KernelFallback {
                 fallback_order,
                 change_ownership,
@@ -394,6 +467,94 @@ impl Replayer {
         }
     }
 
+    /// Holds `l` for the trace block at `pfn`.
+    #[inline]
+    fn hold(&mut self, pfn: u64, l: Live) {
+        if l.order > 0 {
+            for p in pfn + 1..pfn + (1u64 << l.order) {
+                self.covered.insert(p, pfn);
+            }
+        }
+        self.live.insert(pfn, l);
+    }
+
+    /// Stops holding the trace block whose head is `pfn`.
+    #[inline]
+    fn release(&mut self, pfn: u64) -> Option<Live> {
+        let l = self.live.remove(&pfn)?;
+        if l.order > 0 {
+            for p in pfn + 1..pfn + (1u64 << l.order) {
+                self.covered.remove(&p);
+            }
+        }
+        Some(l)
+    }
+
+    /// Whether any held block overlaps the trace frames `[pfn, pfn + 2^order)`
+    /// (exact for order 0, a cheap first test for higher orders).
+    #[inline]
+    fn holds_any(&self, pfn: u64, order: u8) -> bool {
+        order > 0 || self.live.contains_key(&pfn) || self.covered.contains_key(&pfn)
+    }
+
+    /// Frees every held block that overlaps the trace frames `[pfn, pfn + 2^order)`:
+    /// the kernel is handing those frames out again, or moving them between its free
+    /// lists, so their frees were lost. Returns how many blocks were freed.
+    fn free_overlapping(&mut self, cpu: usize, pfn: u64, order: u8) -> u64 {
+        let mut n = 0;
+        // A block that starts before the range and reaches into it holds `pfn`.
+        if let Some(&head) = self.covered.get(&pfn) {
+            if let Some(l) = self.release(head) {
+                self.free_block(cpu, l);
+                n += 1;
+            }
+        }
+        for p in pfn..pfn + (1u64 << order) {
+            if let Some(l) = self.release(p) {
+                self.free_block(cpu, l);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// A free of a block allocated before the trace: frees `2^order` order-0 pages
+    /// of the pre-trace pool on `cpu`, taking another max-order block into the pool
+    /// when it runs dry. The kernel put such a free on its per-CPU list like any
+    /// other; skipping it would leave zonealloc's lists short of those pages.
+    fn free_pretrace(&mut self, cpu: usize, order: u8) {
+        for _ in 0..1u64 << order {
+            if self.pool.is_empty() && !self.grow_pool(cpu) {
+                return;
+            }
+            if let Some(z) = self.pool.pop() {
+                self.counts.allocator_calls += 1;
+                if self.za.free_pages_on(cpu, Pfn(z), Order(0)).is_err() {
+                    self.counts.free_errors += 1;
+                }
+            }
+        }
+        self.counts.frees_pretrace_replayed += 1;
+    }
+
+    /// Takes one max-order movable block for the pre-trace pool and splits it into
+    /// order-0 pages. Max order has no per-CPU list, so the per-CPU figures do not
+    /// see it. False if zonealloc has no such block.
+    fn grow_pool(&mut self, cpu: usize) -> bool {
+        let max = self.za.config().max_order;
+        self.counts.allocator_calls += 2;
+        let Ok(z) = self.za.alloc_pages_on(cpu, Gfp::HIGHUSER_MOVABLE, max) else {
+            return false;
+        };
+        if self.za.split_page(z, max).is_err() {
+            self.counts.free_errors += 1;
+            return false;
+        }
+        self.counts.pretrace_pool_blocks += 1;
+        self.pool.extend((0..1u64 << max.0).rev().map(|i| z.0 + i));
+        true
+    }
+
     /// `alloc_pages_on` for the trace frame `pfn`: the block is held for it, or the
     /// failure is counted and its later free skipped.
     fn alloc(&mut self, cpu: usize, pfn: u64, order: u8, gfp: Gfp) {
@@ -402,7 +563,7 @@ impl Replayer {
         match self.za.alloc_pages_on(cpu, gfp, Order(order)) {
             Ok(z) => {
                 self.failed.remove(&pfn);
-                self.live.insert(
+                self.hold(
                     pfn,
                     Live {
                         zpfn: z.0,
@@ -441,9 +602,9 @@ impl Replayer {
             self.counts.free_errors += 1;
             return;
         }
-        self.live.remove(&head);
+        self.release(head);
         for i in 0..1u64 << l.order {
-            self.live.insert(
+            self.hold(
                 head + i,
                 Live {
                     zpfn: l.zpfn + i,
@@ -453,10 +614,109 @@ impl Replayer {
             );
         }
         for p in pfn..pfn + (1u64 << order) {
-            if let Some(piece) = self.live.remove(&p) {
+            if let Some(piece) = self.release(p) {
                 self.free_block(cpu, piece);
             }
         }
+    }
+
+    /// Replays pre-trace frees (`mm_page_free` of a block the trace never
+    /// allocated) as frees of pool pages (see `free_pretrace`), instead of skipping
+    /// them.
+    pub fn set_pretrace_pool(&mut self, on: bool) {
+        self.pretrace_pool = on;
+    }
+
+    /// Starts the per-CPU lists warm (see `WarmCpu`): on each CPU, order-0 pages on
+    /// the order-0 lists, split between the migratetypes as `mix` (weights per
+    /// `Migratetype::idx()`), pageblock-order blocks on the pageblock-order list,
+    /// and the auto-tuned `high` grown toward the traced machine's.
+    ///
+    /// zonealloc's `high` is tuned, not set, so it is grown the way Linux grows it:
+    /// each CPU allocates order-0 pages (every refill raises `high` by a batch while
+    /// the zone is above its high watermark) until `high` reaches the target or
+    /// `high_max`. Then the lists are drained, and the pages and blocks wanted are
+    /// freed back onto them; the rest go back to the buddy lists. The per-CPU
+    /// figures the report gives start after this. Returns the pages on the lists
+    /// afterwards.
+    pub fn warm_start(&mut self, warm: &[WarmCpu], mix: &[u64; MIGRATE_TYPES]) -> u64 {
+        let total: u64 = mix.iter().sum();
+        let nr_cpus = self.za.config().nr_cpus;
+        let pb = self.za.config().pageblock_order;
+        let zone = self.busiest_zone();
+        let high_of = |za: &ZoneAllocator, cpu: usize| {
+            za.zoneinfo()
+                .zones
+                .iter()
+                .find(|z| Some(z.id) == zone)
+                .and_then(|z| z.pagesets.get(cpu))
+                .map_or((0, 0), |p| (p.high, p.high_max))
+        };
+        for (cpu, w) in warm.iter().enumerate().take(nr_cpus) {
+            let mut held = Vec::new();
+            let mut want = w.blocks[0];
+            loop {
+                let before = held.len();
+                for mt in Migratetype::ALL {
+                    let share = (want * mix[mt.idx()])
+                        .checked_div(total)
+                        .unwrap_or(u64::from(mt == Migratetype::Movable) * want);
+                    let gfp = crate::gfp_names::effective_gfp(Gfp::KERNEL, Some(mt));
+                    for _ in 0..share {
+                        match self.za.alloc_pages_on(cpu, gfp, Order(0)) {
+                            Ok(p) => held.push(p),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                let (high, high_max) = high_of(&self.za, cpu);
+                if high >= w.high.min(high_max) || held.len() == before {
+                    break;
+                }
+                want = 4096;
+            }
+            // Higher orders: movable, the type of nearly every such block in a trace.
+            let mut blocks = Vec::new();
+            for (order, n) in (1..4u8)
+                .map(|o| (Order(o), w.blocks[o as usize]))
+                .chain([(pb, w.pageblock_blocks)])
+            {
+                for _ in 0..n {
+                    match self.za.alloc_pages_on(cpu, Gfp::HIGHUSER_MOVABLE, order) {
+                        Ok(p) => blocks.push((p, order)),
+                        Err(_) => break,
+                    }
+                }
+            }
+            // Beyond what is wanted, back to the buddy lists; what the last refills
+            // left on the lists too; then exactly the blocks wanted onto the lists.
+            let keep = held.len().min(w.blocks[0] as usize);
+            for &p in &held[keep..] {
+                let _ = self.za.free_pages_on(cpu, p, Order(0));
+            }
+            self.za.drain_cpu_pages(cpu);
+            for &(p, order) in &blocks {
+                let _ = self.za.free_pages_on(cpu, p, order);
+            }
+            for &p in held[..keep].iter().rev() {
+                let _ = self.za.free_pages_on(cpu, p, Order(0));
+            }
+        }
+        self.pcp_baseline = self.za.pcp_stats().into_iter().map(|z| z.cpus).collect();
+        self.counts.warm_pcp_pages = self.za.nr_pcp_pages();
+        self.counts.warm_pcp_pages
+    }
+
+    /// The zone order-0 movable allocations come from first (the highest populated
+    /// zone of the first node).
+    fn busiest_zone(&self) -> Option<zonealloc::ZoneId> {
+        self.za
+            .zoneinfo()
+            .zones
+            .iter()
+            .filter(|z| z.managed > 0)
+            .map(|z| z.id)
+            .max_by_key(|id| (std::cmp::Reverse(id.node), id.zone_type))
     }
 
     /// Frees every live block of a migratetype in `types` (the "reclaim" of a
@@ -471,7 +731,7 @@ impl Replayer {
             .collect();
         let mut pages = 0;
         for (p, l) in victims {
-            self.live.remove(&p);
+            self.release(p);
             pages += 1u64 << l.order;
             self.free_block(0, l);
         }
@@ -492,16 +752,23 @@ impl Replayer {
         let pcp = za.pcp_stats();
         let mut zones_pcp = Vec::new();
         let mut tot = PcpTotals::default();
-        for z in &pcp {
+        for (zi, z) in pcp.iter().enumerate() {
             let mut t = PcpTotals {
                 zone: format!("{}", z.id.zone_type),
                 ..PcpTotals::default()
             };
-            for c in &z.cpus {
-                t.refills += c.refills;
-                t.refill_blocks += c.refill_blocks;
-                t.drains += c.drains;
-                t.drain_blocks += c.drain_blocks;
+            for (ci, c) in z.cpus.iter().enumerate() {
+                // What the trace did: the figures since the warm start.
+                let b = self
+                    .pcp_baseline
+                    .get(zi)
+                    .and_then(|b| b.get(ci))
+                    .copied()
+                    .unwrap_or_default();
+                t.refills += c.refills - b.refills;
+                t.refill_blocks += c.refill_blocks - b.refill_blocks;
+                t.drains += c.drains - b.drains;
+                t.drain_blocks += c.drain_blocks - b.drain_blocks;
                 t.pages_on_lists += c.count;
             }
             tot.refills += t.refills;
@@ -512,6 +779,7 @@ impl Replayer {
             zones_pcp.push(t);
         }
         tot.zone = "all".into();
+        let (refill_blocks, drain_blocks) = (tot.refill_blocks, tot.drain_blocks);
         let counts = za.free_counts();
         let pageblocks = counts
             .iter()
@@ -528,6 +796,7 @@ impl Replayer {
             nr_pcp_pages: za.nr_pcp_pages(),
             live_blocks: self.live.len() as u64,
             live_pages: self.live.values().map(|l| 1u64 << l.order).sum(),
+            pool_pages: self.pool.len() as u64,
             unusable_index_pageblock_order: za
                 .buddyinfo()
                 .zones
@@ -546,6 +815,14 @@ impl Replayer {
         };
         let events = self.replayed;
         let ns = self.replay_time.as_nanos() as f64;
+        let c = &self.counts;
+        let za_frees = c.frees
+            + c.split_frees
+            + c.frees_pretrace_replayed
+            + c.implicit_frees
+            + c.overlap_frees
+            + c.lost_frees_at_zone_locked
+            + c.lost_frees_at_drain;
         ReplayReport {
             trace: trace.to_string(),
             layout: layout.clone(),
@@ -576,6 +853,16 @@ impl Replayer {
                 kernel_refill_blocks: self.kernel.refill_blocks,
                 kernel_zone_locked_other: self.kernel.zone_locked_other,
                 kernel_drain_blocks: self.kernel.drain_blocks,
+                allocs: c.allocs,
+                kernel_frees: self.events.get(EventKind::Free),
+                zonealloc_frees: za_frees,
+                refill_ratio: ratio(refill_blocks, c.allocs, self.kernel.refill_blocks, c.allocs),
+                drain_ratio: ratio(
+                    drain_blocks,
+                    za_frees,
+                    self.kernel.drain_blocks,
+                    self.events.get(EventKind::Free),
+                ),
             },
             fallback: FallbackComparison {
                 kernel_extfrag: self.kernel.extfrag,
@@ -596,10 +883,127 @@ impl Replayer {
     }
 }
 
+/// `(a / a_per) / (b / b_per)`, `None` when a rate is undefined or `b` is zero.
+fn ratio(a: u64, a_per: u64, b: u64, b_per: u64) -> Option<f64> {
+    (a_per > 0 && b > 0 && b_per > 0).then(|| (a as f64 / a_per as f64) / (b as f64 / b_per as f64))
+}
+
 fn type_counts(c: &[u64; MIGRATE_TYPES]) -> Vec<(String, u64)> {
     Migratetype::ALL
         .iter()
         .map(|m| (m.name().to_string(), c[m.idx()]))
+        .collect()
+}
+
+// -----------------------------------------------------------------------------
+// The warm start
+// -----------------------------------------------------------------------------
+
+/// What one CPU's per-CPU lists held when the trace began (`Replayer::warm_start`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct WarmCpu {
+    /// Blocks on the lists of each order 0..=3 (`PAGE_ALLOC_COSTLY_ORDER`).
+    pub blocks: [u64; 4],
+    /// Pageblock-order blocks on the pageblock-order list.
+    pub pageblock_blocks: u64,
+    /// The auto-tuned `high` to grow toward.
+    pub high: u64,
+}
+
+/// The per-CPU lists at the start of a trace, from the machine's zoneinfo (`count`
+/// and `high` of each CPU in the zone that held the most) and the trace's own
+/// first records:
+///
+/// * zoneinfo's `count` is every list together; the trace tells what each order's
+///   list held. A CPU's first refill of an order (`mm_page_alloc_zone_locked` with
+///   `percpu_refill=1`) comes when that list is empty, so the blocks of that order
+///   it allocated minus those it freed before then is what the list held at the
+///   start. An order never refilled in `first` held at least its largest such
+///   deficit.
+/// * What zoneinfo's count leaves over goes to the order-0 list if that was never
+///   refilled, else, in whole pageblocks, to the pageblock-order list (the only
+///   other list that holds thousands of pages).
+pub fn warm_state(
+    count: &[u64],
+    high: &[u64],
+    first: &[Record],
+    nr_cpus: usize,
+    pageblock_order: u8,
+) -> Vec<WarmCpu> {
+    use crate::event::Event;
+    // Per CPU and list (orders 0..=3, then the pageblock order): the running balance
+    // of blocks, the largest deficit, and the deficit at the first refill.
+    let lists = 5;
+    let slot = |order: u8| match order {
+        0..=3 => Some(order as usize),
+        o if o == pageblock_order => Some(4),
+        _ => None,
+    };
+    let mut balance = vec![0i64; nr_cpus * lists];
+    let mut deficit = vec![0u64; nr_cpus * lists];
+    let mut at_refill: Vec<Option<u64>> = vec![None; nr_cpus * lists];
+    for r in first {
+        let cpu = r.cpu as usize;
+        if cpu >= nr_cpus {
+            continue;
+        }
+        let (order, step) = match r.event {
+            Event::Alloc {
+                pfn: Some(_),
+                order,
+                ..
+            } => (order, -1),
+            Event::Free { order, .. } => (order, 1),
+            Event::AllocZoneLocked {
+                order,
+                percpu_refill: true,
+                ..
+            } => (order, 0),
+            _ => continue,
+        };
+        let Some(l) = slot(order) else { continue };
+        let i = cpu * lists + l;
+        if at_refill[i].is_some() {
+            continue;
+        }
+        if step == 0 {
+            at_refill[i] = Some(balance[i].min(0).unsigned_abs());
+        } else {
+            balance[i] += step;
+            deficit[i] = deficit[i].max(balance[i].min(0).unsigned_abs());
+        }
+    }
+    (0..nr_cpus)
+        .map(|cpu| {
+            let c = count.get(cpu).copied().unwrap_or(0);
+            let at = |l: usize| at_refill[cpu * lists + l].unwrap_or(deficit[cpu * lists + l]);
+            let mut w = WarmCpu {
+                blocks: [at(0), at(1), at(2), at(3)],
+                pageblock_blocks: at(4),
+                high: high.get(cpu).copied().unwrap_or(0),
+            };
+            let pages = |w: &WarmCpu| {
+                (0..4).map(|o| w.blocks[o] << o).sum::<u64>()
+                    + (w.pageblock_blocks << pageblock_order)
+            };
+            // Never more than zoneinfo counted: trim from the top order down.
+            while pages(&w) > c {
+                if w.pageblock_blocks > 0 {
+                    w.pageblock_blocks -= 1;
+                } else if let Some(o) = (0..4).rev().find(|&o| w.blocks[o] > 0) {
+                    w.blocks[o] -= 1;
+                } else {
+                    break;
+                }
+            }
+            let rest = c - pages(&w);
+            if at_refill[cpu * lists].is_none() {
+                w.blocks[0] += rest;
+            } else {
+                w.pageblock_blocks += rest >> pageblock_order;
+            }
+            w
+        })
         .collect()
 }
 
@@ -674,7 +1078,7 @@ pub struct PcpTotals {
 }
 
 /// zonealloc's per-CPU list activity next to the kernel's in the same trace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PcpComparison {
     /// zonealloc, all zones.
     pub zonealloc: PcpTotals,
@@ -687,6 +1091,20 @@ pub struct PcpComparison {
     pub kernel_zone_locked_other: u64,
     /// The kernel's `mm_page_pcpu_drain` events.
     pub kernel_drain_blocks: u64,
+    /// Allocations: the trace's `mm_page_alloc` events the kernel served, each
+    /// replayed once.
+    pub allocs: u64,
+    /// The kernel's frees (`mm_page_free` events).
+    pub kernel_frees: u64,
+    /// zonealloc's frees for the trace: replayed, split, pre-trace (from the pool),
+    /// and the blocks whose frees were lost (implicit, overlap, zone-locked, drain).
+    pub zonealloc_frees: u64,
+    /// zonealloc's refill blocks per allocation over the kernel's (`None` when the
+    /// kernel refilled nothing).
+    pub refill_ratio: Option<f64>,
+    /// zonealloc's drain blocks per free over the kernel's (`None` when the kernel
+    /// drained nothing).
+    pub drain_ratio: Option<f64>,
 }
 
 /// Pageblocks per migratetype in one zone.
@@ -732,6 +1150,8 @@ pub struct EndState {
     pub live_blocks: u64,
     /// Pages in them.
     pub live_pages: u64,
+    /// Pages of the pre-trace pool not yet freed (memory in use before the trace).
+    pub pool_pages: u64,
     /// Unusable free space index at pageblock order (0..1), per zone.
     pub unusable_index_pageblock_order: Vec<(String, f64)>,
     /// `/proc/buddyinfo`.
@@ -864,8 +1284,19 @@ impl fmt::Display for ReplayReport {
         )?;
         writeln!(
             f,
-            "  implicit frees (alloc of a still-mapped pfn: lost free event): {}; free errors: {}",
-            c.implicit_frees, c.free_errors
+            "  lost frees, freed when the kernel reused the frames: {} at an allocation of the same block, \
+             {} at an overlapping allocation, {} at mm_page_alloc_zone_locked, {} at mm_page_pcpu_drain",
+            c.implicit_frees, c.overlap_frees, c.lost_frees_at_zone_locked, c.lost_frees_at_drain
+        )?;
+        writeln!(
+            f,
+            "  pre-trace frees replayed from a pool of {} max-order blocks: {} of {}; \
+             warm start: {} pages on per-CPU lists; free errors: {}",
+            c.pretrace_pool_blocks,
+            c.frees_pretrace_replayed,
+            c.frees_pretrace,
+            c.warm_pcp_pages,
+            c.free_errors
         )?;
         if c.alloc_failures > 0 {
             writeln!(
@@ -924,6 +1355,23 @@ impl fmt::Display for ReplayReport {
                 z.zone, z.refill_blocks, z.drain_blocks, z.pages_on_lists
             )?;
         }
+        let show = |r: Option<f64>| r.map_or("n/a (kernel: 0)".to_string(), |r| format!("{r:.2}x"));
+        writeln!(
+            f,
+            "  refill blocks per allocation: zonealloc {:.3}, kernel {:.3}: {}",
+            pc.zonealloc.refill_blocks as f64 / pc.allocs.max(1) as f64,
+            pc.kernel_refill_blocks as f64 / pc.allocs.max(1) as f64,
+            show(pc.refill_ratio)
+        )?;
+        writeln!(
+            f,
+            "  drain blocks per free:        zonealloc {:.3} ({} frees), kernel {:.3} ({} frees): {}",
+            pc.zonealloc.drain_blocks as f64 / pc.zonealloc_frees.max(1) as f64,
+            pc.zonealloc_frees,
+            pc.kernel_drain_blocks as f64 / pc.kernel_frees.max(1) as f64,
+            pc.kernel_frees,
+            show(pc.drain_ratio)
+        )?;
         let fb = &self.fallback;
         writeln!(
             f,
@@ -1023,6 +1471,24 @@ pub fn run_with_state(
             build(n)?
         }
     };
+    if opts.warm {
+        let mut mix = [0u64; MIGRATE_TYPES];
+        for r in &buf {
+            if let crate::event::Event::Alloc {
+                order: 0,
+                migratetype: Some(mt),
+                ..
+            } = r.event
+            {
+                mix[mt.idx()] += 1;
+            }
+        }
+        let (count, high) = opts.layout.busiest_pcp();
+        let c = rp.allocator().config();
+        let warm = warm_state(count, high, &buf, c.nr_cpus, c.pageblock_order.0);
+        rp.warm_start(&warm, &mix);
+        rp.set_pretrace_pool(true);
+    }
     let mut done = buf.len() as u64;
     rp.replay(&buf);
     while done < limit {

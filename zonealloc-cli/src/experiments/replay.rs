@@ -241,14 +241,14 @@ fn prepare(records: &[Record]) -> Prepared {
             Action::PartialFree { .. } => p.partial_frees += 1,
             Action::Unheld { .. } => p.pretrace_frees += 1,
             Action::FreeBatched => p.free_batched += 1,
-            Action::KernelZoneLocked { percpu_refill } => {
+            Action::KernelZoneLocked { percpu_refill, .. } => {
                 if percpu_refill {
                     p.kernel_refill_blocks += 1;
                 } else {
                     p.kernel_zone_locked_other += 1;
                 }
             }
-            Action::KernelDrain => p.kernel_drain_blocks += 1,
+            Action::KernelDrain { .. } => p.kernel_drain_blocks += 1,
             Action::KernelFallback { .. } => {}
         }
     }
