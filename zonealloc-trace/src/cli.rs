@@ -201,6 +201,15 @@ pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
             &MapOptions {
                 title: format!("{stem} replayed into zonealloc ({grouping}), end of trace"),
                 owners: &owners,
+                note: Some(format!(
+                    "zonealloc's own placement, from an empty zone{};\n\
+                     a trace gives the order of use, not where the kernel put each page",
+                    if a.cold {
+                        ""
+                    } else {
+                        " with warm per-CPU lists"
+                    }
+                )),
                 ..MapOptions::default()
             },
         )?;
@@ -225,7 +234,7 @@ pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
         &format!(
             "Free blocks per order during the replay of {stem} (zone {zone_name}, {grouping})"
         ),
-        "trace events replayed",
+        maps::XAxis::TraceSeconds,
     )?;
     out!("buddyinfo chart: {}", chart.display());
     Ok(())

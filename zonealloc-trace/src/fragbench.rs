@@ -141,7 +141,8 @@ pub struct SubjectResult {
     pub maps: Vec<String>,
     /// Free-blocks-per-order chart of the workload, if asked for.
     pub charts: Vec<String>,
-    /// `buddyinfo()` over the workload: (operation, free blocks per order).
+    /// `buddyinfo()` over the workload: (operation, or for the trace workload its
+    /// time in ns, free blocks per order).
     #[serde(skip)]
     pub samples: Vec<(u64, Vec<u64>)>,
 }
@@ -587,19 +588,26 @@ pub struct PictureOut {
 /// What to draw for one subject.
 struct Picture<'a> {
     file: &'a str,
+    /// The subject's name (it may hold a colon: `mobility_grouping: false`).
+    name: &'a str,
     title: &'a str,
+    note: Option<String>,
     owners: &'a [(Pfn, Order, Migratetype)],
+    /// `(x, free blocks per order)`: x is an operation count, or trace
+    /// nanoseconds with `XAxis::TraceSeconds`.
     samples: &'a [(u64, Vec<u64>)],
-    x_label: &'a str,
+    x: crate::maps::XAxis<'a>,
 }
 
 fn draw(out: Option<&PictureOut>, s: &dyn Subject, pic: &Picture<'_>, r: &mut SubjectResult) {
     let Picture {
         file,
+        name,
         title,
         owners,
         samples,
-        x_label,
+        x,
+        ..
     } = *pic;
     let Some(out) = out else { return };
     if let Some(za) = s.zone_allocator() {
@@ -608,6 +616,7 @@ fn draw(out: Option<&PictureOut>, s: &dyn Subject, pic: &Picture<'_>, r: &mut Su
             let opts = crate::maps::MapOptions {
                 title: title.to_string(),
                 owners,
+                note: pic.note.clone(),
                 ..crate::maps::MapOptions::default()
             };
             match crate::maps::render_zone_map(za, &path, &opts) {
@@ -622,16 +631,15 @@ fn draw(out: Option<&PictureOut>, s: &dyn Subject, pic: &Picture<'_>, r: &mut Su
             .iter()
             .map(|(i, b)| BuddySample {
                 event: *i,
-                trace_time_ns: 0,
+                trace_time_ns: *i,
                 free_blocks: vec![b.clone()],
             })
             .collect();
         let chart_title = format!(
-            "Free blocks per order, {} workload: {}",
+            "Free blocks per order, {} workload, {name}",
             file.split('-').next().unwrap_or(file),
-            title.split(':').next().unwrap_or(title)
         );
-        match crate::maps::render_buddyinfo_chart(&series, 0, &path, &chart_title, x_label) {
+        match crate::maps::render_buddyinfo_chart(&series, 0, &path, &chart_title, x) {
             Ok(()) => r.charts.push(path.display().to_string()),
             Err(e) => eprintln!("chart {}: {e}", path.display()),
         }
@@ -733,12 +741,15 @@ fn synthetic(o: &FragOptions, out: Option<&PictureOut>) -> WorkloadResult {
             o.seed
         );
         let samples = r.samples.clone();
+        let name = r.name.clone();
         let pic = Picture {
             file: &file,
+            name: &name,
             title: &title,
+            note: None,
             owners: &owners,
             samples: &samples,
-            x_label: "operations of the workload",
+            x: crate::maps::XAxis::Events("operations of the workload"),
         };
         draw(out, s.as_ref(), &pic, &mut r);
         // Pass 2: at rest.
@@ -861,7 +872,7 @@ fn trace_workload(
                     .max_by_key(|b| b.len())
                     .cloned()
                     .unwrap_or_default();
-                (s.event, biggest)
+                (s.trace_time_ns, biggest)
             })
             .collect();
         let under_load = {
@@ -891,10 +902,16 @@ fn trace_workload(
         let samples = r.samples.clone();
         let pic = Picture {
             file,
+            name,
             title: &title,
+            note: Some(
+                "zonealloc's own placement, from an empty zone;\n\
+                 a trace gives the order of use, not where the kernel put each page"
+                    .into(),
+            ),
             owners: &owners,
             samples: &samples,
-            x_label: "trace events replayed",
+            x: crate::maps::XAxis::TraceSeconds,
         };
         draw(out, &s, &pic, &mut r);
         let (at_rest, _) = highalloc_pass(&mut s, nr_pages, start, &pinned);

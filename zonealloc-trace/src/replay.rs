@@ -284,7 +284,9 @@ impl Replayer {
         let pcp_baseline = za.pcp_stats().into_iter().map(|z| z.cpus).collect();
         let mut r = Replayer {
             za,
-            live: PfnMap::default(),
+            // Sized for a typical trace's working set, so the timed loop does not
+            // stop to rehash early on.
+            live: PfnMap::with_capacity_and_hasher(1 << 17, BuildHasherDefault::default()),
             covered: PfnMap::default(),
             failed: PfnSet::default(),
             pool: Vec::new(),
