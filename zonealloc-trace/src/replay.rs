@@ -441,6 +441,11 @@ impl Replayer {
             } => {
                 if percpu_refill {
                     self.kernel.refill_blocks += 1;
+                    let k = &mut self.kernel.refill_blocks_by_cpu;
+                    if k.len() <= cpu {
+                        k.resize(cpu + 1, 0);
+                    }
+                    k[cpu] += 1;
                 } else {
                     self.kernel.zone_locked_other += 1;
                 }
@@ -754,6 +759,7 @@ impl Replayer {
         let pcp = za.pcp_stats();
         let mut zones_pcp = Vec::new();
         let mut tot = PcpTotals::default();
+        let mut by_cpu = vec![0u64; za.config().nr_cpus];
         for (zi, z) in pcp.iter().enumerate() {
             let mut t = PcpTotals {
                 zone: format!("{}", z.id.zone_type),
@@ -769,6 +775,9 @@ impl Replayer {
                     .unwrap_or_default();
                 t.refills += c.refills - b.refills;
                 t.refill_blocks += c.refill_blocks - b.refill_blocks;
+                if let Some(x) = by_cpu.get_mut(ci) {
+                    *x += c.refill_blocks - b.refill_blocks;
+                }
                 t.drains += c.drains - b.drains;
                 t.drain_blocks += c.drain_blocks - b.drain_blocks;
                 t.pages_on_lists += c.count;
@@ -855,6 +864,12 @@ impl Replayer {
                 kernel_refill_blocks: self.kernel.refill_blocks,
                 kernel_zone_locked_other: self.kernel.zone_locked_other,
                 kernel_drain_blocks: self.kernel.drain_blocks,
+                zonealloc_refill_blocks_by_cpu: by_cpu,
+                kernel_refill_blocks_by_cpu: {
+                    let mut k = self.kernel.refill_blocks_by_cpu.clone();
+                    k.resize(za.config().nr_cpus.max(k.len()), 0);
+                    k
+                },
                 allocs: c.allocs,
                 kernel_frees: self.events.get(EventKind::Free),
                 zonealloc_frees: za_frees,
@@ -1013,9 +1028,11 @@ pub fn warm_state(
 // The report
 // -----------------------------------------------------------------------------
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct KernelCounts {
     refill_blocks: u64,
+    /// Refill blocks per CPU (grown on demand).
+    refill_blocks_by_cpu: Vec<u64>,
     zone_locked_other: u64,
     drain_blocks: u64,
     extfrag: u64,
@@ -1086,6 +1103,10 @@ pub struct PcpComparison {
     pub zonealloc: PcpTotals,
     /// zonealloc, per zone.
     pub zonealloc_by_zone: Vec<PcpTotals>,
+    /// zonealloc's refill blocks per CPU, all zones.
+    pub zonealloc_refill_blocks_by_cpu: Vec<u64>,
+    /// The kernel's refill blocks per CPU.
+    pub kernel_refill_blocks_by_cpu: Vec<u64>,
     /// The kernel's `mm_page_alloc_zone_locked` events with `percpu_refill=1`.
     pub kernel_refill_blocks: u64,
     /// The kernel's `mm_page_alloc_zone_locked` events with `percpu_refill=0`
@@ -1357,6 +1378,11 @@ impl fmt::Display for ReplayReport {
                 z.zone, z.refill_blocks, z.drain_blocks, z.pages_on_lists
             )?;
         }
+        writeln!(
+            f,
+            "  refill blocks per CPU: zonealloc {:?}, kernel {:?}",
+            pc.zonealloc_refill_blocks_by_cpu, pc.kernel_refill_blocks_by_cpu
+        )?;
         let show = |r: Option<f64>| r.map_or("n/a (kernel: 0)".to_string(), |r| format!("{r:.2}x"));
         writeln!(
             f,
