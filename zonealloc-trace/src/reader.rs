@@ -271,31 +271,31 @@ impl std::error::Error for TraceError {
 // The decoder thread
 // -----------------------------------------------------------------------------
 
-/// A block of text ending at a line boundary (or at the end of the input), or the
-/// error that ended the input.
-type Block = Result<Vec<u8>, io::Error>;
+/// A buffer and how many of its bytes are text, ending at a line boundary (or at the
+/// end of the input), or the error that ended the input. Buffers keep their full
+/// length when recycled, so they are zeroed once, not before every read.
+type Block = Result<(Vec<u8>, usize), io::Error>;
 
 /// Fills blocks from `input` until it ends, the receiver hangs up, or an error.
 fn decode_blocks(mut input: Box<dyn Read + Send>, tx: SyncSender<Block>, spare: Receiver<Vec<u8>>) {
     let mut carry: Vec<u8> = Vec::new();
     loop {
-        let mut block = spare
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BLOCK_BYTES + READ_BYTES));
-        block.clear();
-        block.append(&mut carry);
+        let mut block = spare.try_recv().unwrap_or_default();
+        if block.len() < BLOCK_BYTES + READ_BYTES {
+            block.resize(BLOCK_BYTES + READ_BYTES, 0);
+        }
+        let mut len = carry.len();
+        block[..len].copy_from_slice(&carry);
+        carry.clear();
         let mut eof = false;
-        while block.len() < BLOCK_BYTES {
-            let len = block.len();
-            block.resize(len + READ_BYTES, 0);
+        while len < BLOCK_BYTES {
             match input.read(&mut block[len..]) {
                 Ok(0) => {
-                    block.truncate(len);
                     eof = true;
                     break;
                 }
-                Ok(n) => block.truncate(len + n),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => block.truncate(len),
+                Ok(n) => len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     let _ = tx.send(Err(e));
                     return;
@@ -306,13 +306,12 @@ fn decode_blocks(mut input: Box<dyn Read + Send>, tx: SyncSender<Block>, spare: 
             // Keep the unfinished last line for the next block. A block with no
             // newline at all (a "line" over 1 MiB: not a trace) goes as it is, and
             // the parser sees its pieces as separate malformed lines.
-            if let Some(nl) = memchr::memrchr(b'\n', &block) {
-                carry.extend_from_slice(&block[nl + 1..]);
+            if let Some(nl) = memchr::memrchr(b'\n', &block[..len]) {
+                carry.extend_from_slice(&block[nl + 1..len]);
+                len = nl + 1;
             }
-            let keep = block.len() - carry.len();
-            block.truncate(keep);
         }
-        if !block.is_empty() && tx.send(Ok(block)).is_err() {
+        if len > 0 && tx.send(Ok((block, len))).is_err() {
             return;
         }
         if eof {
@@ -332,6 +331,8 @@ pub struct TraceReader {
     spare: SyncSender<Vec<u8>>,
     decoder: Option<JoinHandle<()>>,
     block: Vec<u8>,
+    /// Bytes of `block` that hold text.
+    len: usize,
     pos: usize,
     opts: ReadOptions,
     stats: ParseStats,
@@ -410,6 +411,7 @@ impl TraceReader {
             spare,
             decoder: Some(decoder),
             block: Vec::new(),
+            len: 0,
             pos: 0,
             opts,
             stats: ParseStats {
@@ -449,10 +451,12 @@ impl TraceReader {
             let _ = self.spare.try_send(old);
         }
         self.pos = 0;
+        self.len = 0;
         match self.blocks.recv() {
-            Ok(Ok(b)) => {
-                self.stats.bytes += b.len() as u64;
+            Ok(Ok((b, len))) => {
+                self.stats.bytes += len as u64;
                 self.block = b;
+                self.len = len;
                 Ok(true)
             }
             Ok(Err(error)) => {
@@ -490,7 +494,7 @@ impl TraceReader {
     /// end of a trace with no event at all.
     pub fn next_record(&mut self) -> Result<Option<Record>, TraceError> {
         while !self.done {
-            if self.pos >= self.block.len() && !self.next_block()? {
+            if self.pos >= self.len && !self.next_block()? {
                 self.done = true;
                 if self.stats.events.total() == 0 {
                     return Err(TraceError::NoEvents {
@@ -500,7 +504,7 @@ impl TraceReader {
                 }
                 break;
             }
-            let rest = &self.block[self.pos..];
+            let rest = &self.block[self.pos..self.len];
             let (len, complete) = match memchr::memchr(b'\n', rest) {
                 Some(i) => (i, true),
                 None => (rest.len(), false),
