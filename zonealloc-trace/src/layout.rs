@@ -195,6 +195,7 @@ impl ZoneLayout {
         let text = std::fs::read_to_string(path)
             .map_err(|e| LayoutError(format!("{}: {e}", path.display())))?;
         ZoneLayout::from_zoneinfo_str(&text)
+            .map_err(|e| LayoutError(format!("{}: {}", path.display(), e.0)))
     }
 
     /// Parses `/proc/zoneinfo` text: each `Node N, zone NAME` section's `spanned`,

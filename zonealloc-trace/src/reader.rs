@@ -39,7 +39,7 @@ use std::thread::JoinHandle;
 use serde::Serialize;
 
 use crate::event::{EventCounts, Record};
-use crate::parse::{parse_line, Parsed};
+use crate::parse::{parse_line_cached, GfpCache, Parsed};
 
 /// First bytes of an xz stream.
 const XZ_MAGIC: &[u8] = &[0xFD, b'7', b'z', b'X', b'Z', 0x00];
@@ -336,6 +336,7 @@ pub struct TraceReader {
     pos: usize,
     opts: ReadOptions,
     stats: ParseStats,
+    gfp_cache: GfpCache,
     done: bool,
 }
 
@@ -419,6 +420,7 @@ impl TraceReader {
                 gzip,
                 ..ParseStats::default()
             },
+            gfp_cache: GfpCache::default(),
             done: false,
         })
     }
@@ -515,7 +517,9 @@ impl TraceReader {
             let line_no = self.stats.lines;
             let line = &self.block[start..start + len];
             let unknown = &mut self.stats.unknown_gfp_symbols;
-            let parsed = parse_line(line, |s| *unknown.entry(s.to_string()).or_default() += 1);
+            let parsed = parse_line_cached(line, &mut self.gfp_cache, |s| {
+                *unknown.entry(s.to_string()).or_default() += 1
+            });
             if !complete && !matches!(parsed, Ok(Parsed::Blank)) {
                 // Only the input's last line can lack its newline: the file was cut
                 // inside it, and what parses may be a prefix (`order=1` of `order=10`).

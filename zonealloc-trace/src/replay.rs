@@ -406,8 +406,16 @@ impl Replayer {
                         self.free_block(cpu, old);
                     }
                 }
-                if order > 0 || !self.covered.is_empty() {
+                if order > 0 {
                     self.counts.overlap_frees += self.free_overlapping(cpu, pfn, order);
+                } else if !self.covered.is_empty() {
+                    // Order 0, its head already checked: only a larger block around it.
+                    if let Some(&head) = self.covered.get(&pfn) {
+                        if let Some(l) = self.release(head) {
+                            self.counts.overlap_frees += 1;
+                            self.free_block(cpu, l);
+                        }
+                    }
                 }
                 self.alloc(cpu, pfn, order, gfp);
             }
@@ -569,7 +577,9 @@ impl Replayer {
         self.counts.allocator_calls += 1;
         match self.za.alloc_pages_on(cpu, gfp, Order(order)) {
             Ok(z) => {
-                self.failed.remove(&pfn);
+                if !self.failed.is_empty() {
+                    self.failed.remove(&pfn);
+                }
                 self.hold(
                     pfn,
                     Live {

@@ -224,3 +224,31 @@ fn a_good_trace_still_replays_in_every_command() {
         );
     }
 }
+
+#[test]
+fn a_bad_zoneinfo_is_named_with_its_line() {
+    let d = Dir::new("zoneinfo");
+    let f = d.file("t.txt", GOOD.as_bytes());
+    for (name, text, needle) in [
+        ("empty-zoneinfo", "", "no populated zone"),
+        (
+            "bad-zoneinfo",
+            "Node 0, zone   Normal\n        spanned  lots\n",
+            "zoneinfo line 2: bad number",
+        ),
+    ] {
+        let z = d.file(name, text.as_bytes());
+        let o = Command::new(env!("CARGO_BIN_EXE_zonealloc-trace"))
+            .arg("replay")
+            .arg("--zoneinfo")
+            .arg(&z)
+            .arg(&f)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(err.contains(&z.display().to_string()), "{err}");
+        assert!(err.contains(needle), "{err}");
+    }
+}
