@@ -32,7 +32,7 @@ pub enum Holes {
 /// Arguments of `replay` and `map`.
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// The trace: `perf script` or trace_pipe text, plain or xz-compressed.
+    /// The trace: `perf script` or trace_pipe text, plain, xz or gzip.
     trace: PathBuf,
     /// The traced machine's /proc/zoneinfo (default: the built-in Linux 6.18 machine of
     /// the shared traces, or --zone).
@@ -44,7 +44,9 @@ pub struct ReplayArgs {
     /// Where zoneinfo's missing pages go.
     #[arg(long, value_enum, default_value = "managed")]
     holes: Holes,
-    /// CPUs (default: the largest CPU id in the trace plus one).
+    /// CPUs (default: the zoneinfo's, 2 for the built-in machine; with --zone, the
+    /// largest CPU id among the first 65,536 events plus one, at most 256). Events on
+    /// other CPUs are skipped and counted.
     #[arg(long)]
     cpus: Option<usize>,
     /// Replay with mobility grouping off.

@@ -82,7 +82,8 @@ pub struct ReplayOptions {
     pub layout: ZoneLayout,
     /// How zoneinfo's missing pages become holes.
     pub holes: HoleModel,
-    /// CPUs; `None`: the largest CPU id in the trace plus one.
+    /// CPUs; `None`: the layout's, else the largest CPU id in the first chunk plus one
+    /// (at most `MAX_AUTO_CPUS`), as `run_with_state` says.
     pub nr_cpus: Option<usize>,
     /// zonealloc's mobility grouping (default on, as in Linux).
     pub mobility_grouping: bool,
