@@ -111,18 +111,23 @@ pub struct Malformed {
     pub line: u64,
     /// What was wrong.
     pub reason: String,
-    /// The line: lossy UTF-8 with control characters shown as `?`, cut at 200 bytes.
+    /// The line, cut at 200 bytes; one that is not UTF-8 text without control
+    /// characters is shown escaped (`\xfe`), after `(not text)`.
     pub text: String,
 }
 
 impl Malformed {
     fn new(line: u64, reason: String, bytes: &[u8]) -> Malformed {
         let cut = &bytes[..bytes.len().min(EXAMPLE_BYTES)];
-        let text = String::from_utf8_lossy(cut)
-            .trim_end()
-            .chars()
-            .map(|c| if c.is_control() { '?' } else { c })
-            .collect();
+        let text = match core::str::from_utf8(cut) {
+            Ok(t) if !t.chars().any(char::is_control) => t.trim_end().to_string(),
+            // Not text: escaped, so nothing reaches a terminal but printable ASCII.
+            _ => {
+                let mut t = format!("(not text) {}", cut.escape_ascii());
+                t.truncate(EXAMPLE_BYTES);
+                t
+            }
+        };
         Malformed { line, reason, text }
     }
 }
@@ -770,7 +775,10 @@ broken line
         let s = no_events(bytes);
         assert!(s.malformed > 0);
         for m in &s.malformed_examples {
-            assert!(!m.text.chars().any(char::is_control), "{m:?}");
+            assert!(
+                m.text.chars().all(|c| c.is_ascii_graphic() || c == ' '),
+                "{m:?}"
+            );
         }
     }
 
