@@ -58,7 +58,7 @@ enum Cmd {
     /// Print buddyinfo, pagetypeinfo, zoneinfo, vmstat and fragmentation indices of a
     /// demo allocator after a mixed workload.
     Stats,
-    /// Replay a Linux page-allocator trace (perf script or trace_pipe, plain or .xz)
+    /// Replay a Linux page-allocator trace (perf script or trace_pipe, plain, .xz or .gz)
     /// and report events, ns per event, per-CPU refills and drains next to the
     /// kernel's, and the fragmentation at the end.
     Replay(zonealloc_trace::cli::ReplayArgs),

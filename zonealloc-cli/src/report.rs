@@ -310,18 +310,119 @@ fn register_font() {
 
 type ChartResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-const PALETTE: [RGBColor; 6] = [
-    RGBColor(0x80, 0x80, 0x80),
+/// One colour per variant, the same variant the same colour in every chart of an
+/// experiment: twelve distinct hues (Tableau 10 and two more), the baseline grey.
+const PALETTE: [RGBColor; 12] = [
+    RGBColor(0x7f, 0x7f, 0x7f),
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x2c, 0xa0, 0x2c),
     RGBColor(0xd6, 0x27, 0x28),
     RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0x17, 0xbe, 0xcf),
+    RGBColor(0x00, 0x00, 0x00),
+    RGBColor(0x00, 0x50, 0x80),
 ];
 
+/// Marker shapes, cycled with a period prime to the palette's, so no two of the
+/// first 12 x 7 series share colour and shape.
+#[derive(Clone, Copy)]
+enum Marker {
+    Circle,
+    Square,
+    TriangleUp,
+    Diamond,
+    TriangleDown,
+    Cross,
+    Plus,
+}
+
+const MARKERS: [Marker; 7] = [
+    Marker::Circle,
+    Marker::Square,
+    Marker::TriangleUp,
+    Marker::Diamond,
+    Marker::TriangleDown,
+    Marker::Cross,
+    Marker::Plus,
+];
+
+/// The marker's outline around `(x, y)` in pixels, `r` its half size.
+fn marker_points(m: Marker, (x, y): (i32, i32), r: i32) -> Vec<(i32, i32)> {
+    match m {
+        Marker::Circle => (0..=16)
+            .map(|i| {
+                let a = f64::from(i) * std::f64::consts::TAU / 16.0;
+                (
+                    x + (f64::from(r) * a.cos()).round() as i32,
+                    y + (f64::from(r) * a.sin()).round() as i32,
+                )
+            })
+            .collect(),
+        Marker::Square => vec![
+            (x - r, y - r),
+            (x + r, y - r),
+            (x + r, y + r),
+            (x - r, y + r),
+        ],
+        Marker::TriangleUp => vec![(x, y - r - 1), (x + r + 1, y + r), (x - r - 1, y + r)],
+        Marker::TriangleDown => vec![(x, y + r + 1), (x + r + 1, y - r), (x - r - 1, y - r)],
+        Marker::Diamond => vec![
+            (x, y - r - 2),
+            (x + r + 1, y),
+            (x, y + r + 2),
+            (x - r - 1, y),
+        ],
+        Marker::Cross | Marker::Plus => Vec::new(),
+    }
+}
+
+/// Draws marker `m` of colour `c` at pixel `at` on `area`.
+fn draw_marker<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    m: Marker,
+    at: (i32, i32),
+    r: i32,
+    c: RGBColor,
+) -> ChartResult<()>
+where
+    DB::ErrorType: 'static,
+{
+    let (x, y) = at;
+    match m {
+        Marker::Cross => {
+            area.draw(&PathElement::new(
+                [(x - r, y - r), (x + r, y + r)],
+                c.stroke_width(3),
+            ))?;
+            area.draw(&PathElement::new(
+                [(x - r, y + r), (x + r, y - r)],
+                c.stroke_width(3),
+            ))?;
+        }
+        Marker::Plus => {
+            area.draw(&PathElement::new(
+                [(x - r - 1, y), (x + r + 1, y)],
+                c.stroke_width(3),
+            ))?;
+            area.draw(&PathElement::new(
+                [(x, y - r - 1), (x, y + r + 1)],
+                c.stroke_width(3),
+            ))?;
+        }
+        _ => {
+            area.draw(&Polygon::new(marker_points(m, at, r), c.filled()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes the experiment's charts into `dir`: `NAME.png` (one panel per table:
-/// medians as bars, min–max as whiskers, ratios on top) and, if it has a scaling
-/// series, `NAME-scaling.png`. Returns the files written.
+/// medians as bars, min–max as whiskers, value and ratio beside each bar) and, if it
+/// has a scaling series, `NAME-scaling.png`. Returns the files written.
 ///
 /// # Errors
 /// Drawing or encoding errors.
@@ -341,119 +442,258 @@ pub fn write_charts(dir: &Path, r: &ExperimentResult) -> ChartResult<Vec<PathBuf
     Ok(files)
 }
 
+/// Whether values spread over more than `decades` powers of ten (all positive ones
+/// counted): such a chart gets a log axis, or the largest flatten the rest.
+fn spans_decades(values: impl Iterator<Item = f64>, decades: f64) -> bool {
+    let (lo, hi) = values
+        .filter(|v| *v > 0.0)
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    hi > 0.0 && (hi / lo).log10() > decades
+}
+
+/// Panels of horizontal bars, one row per variant: names never overlap, and each
+/// value sits at the end of its own bar.
 fn tables_chart(path: &Path, r: &ExperimentResult) -> ChartResult<()> {
     let n = r.tables.len();
-    let cols = n.clamp(1, 3);
+    let cols = n.clamp(1, 2);
     let rows = n.div_ceil(cols);
-    let (pw, ph) = (560u32, 380u32);
+    let bars = r.tables.iter().map(|t| t.rows.len()).max().unwrap_or(1) as u32;
+    let (pw, ph) = (720u32, 90 + 32 * bars);
     let root =
-        BitMapBackend::new(path, (pw * cols as u32, ph * rows as u32 + 50)).into_drawing_area();
+        BitMapBackend::new(path, (pw * cols as u32, ph * rows as u32 + 60)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(
         &format!(
-            "{}: median of runs, whiskers min–max, ratio to the first bar (* significant)",
+            "{}: median of runs (bar), min–max (whisker), ratio to the first row (* significant)",
             r.name
         ),
         (FONT, 22),
     )?;
     let panels = root.split_evenly((rows, cols));
+    // One colour per variant across the panels: `bsa Heap (spin)` is `bsa Heap`.
+    let base = |v: &str| -> String { v.split(" (").next().unwrap_or(v).to_string() };
+    let mut names: Vec<String> = Vec::new();
+    for t in &r.tables {
+        for row in &t.rows {
+            if !names.contains(&base(&row.variant)) {
+                names.push(base(&row.variant));
+            }
+        }
+    }
     for (panel, t) in panels.iter().zip(&r.tables) {
-        table_panel(panel, t)?;
+        let colours: Vec<RGBColor> = t
+            .rows
+            .iter()
+            .map(|row| {
+                let k = names
+                    .iter()
+                    .position(|n| *n == base(&row.variant))
+                    .unwrap_or(0);
+                PALETTE[k % PALETTE.len()]
+            })
+            .collect();
+        if spans_decades(t.rows.iter().flat_map(|r| [r.min, r.max]), 1.5) {
+            let lo = t
+                .rows
+                .iter()
+                .flat_map(|r| [r.min, r.median])
+                .filter(|v| *v > 0.0)
+                .fold(f64::INFINITY, f64::min);
+            let hi = t.rows.iter().map(|r| r.max).fold(0.0, f64::max);
+            let floor = 10f64.powf((lo.log10() - 0.3).floor());
+            // Room right of the largest bar for its label: two decades and more.
+            let top = hi * 200.0;
+            table_panel(
+                panel,
+                t,
+                &colours,
+                (floor..top).log_scale(),
+                floor,
+                true,
+                top,
+            )?;
+        } else {
+            let hi = t.rows.iter().map(|r| r.max).fold(0.0, f64::max);
+            let top = if hi > 0.0 { hi * 1.7 } else { 1.0 };
+            table_panel(panel, t, &colours, 0f64..top, 0.0, false, top)?;
+        }
     }
     root.present()?;
     Ok(())
 }
 
-fn table_panel<DB: DrawingBackend>(
+fn table_panel<DB, X>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     t: &Table,
+    colours: &[RGBColor],
+    x: X,
+    floor: f64,
+    log: bool,
+    top: f64,
 ) -> ChartResult<()>
 where
+    DB: DrawingBackend,
     DB::ErrorType: 'static,
+    X: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
+    X::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
 {
     let n = t.rows.len() as u32;
-    let top = t.rows.iter().map(|r| r.max).fold(0.0, f64::max);
-    let ymax = if top > 0.0 { top * 1.2 } else { 1.0 };
     let names: Vec<String> = t.rows.iter().map(|r| r.variant.clone()).collect();
     let mut chart = ChartBuilder::on(area)
-        .caption(&t.id, (FONT, 17))
-        .margin(12)
-        .x_label_area_size(28)
-        .y_label_area_size(60)
-        // Integer ranges are inclusive in plotters: 0..n-1 makes n segments.
-        .build_cartesian_2d((0..n.saturating_sub(1)).into_segmented(), 0f64..ymax)?;
+        .caption(
+            format!("{}{}", t.id, if log { " (log scale)" } else { "" }),
+            (FONT, 20),
+        )
+        .margin(10)
+        .margin_right(16)
+        .x_label_area_size(40)
+        .y_label_area_size(235)
+        .build_cartesian_2d(x, (0..n.saturating_sub(1)).into_segmented())?;
     chart
         .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n as usize)
-        .x_label_formatter(&|v| match v {
+        .disable_y_mesh()
+        .y_labels(n as usize)
+        .y_label_formatter(&|v| match v {
             SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
             _ => String::new(),
         })
-        .y_desc(&t.metric.unit)
-        .label_style((FONT, 13))
-        .axis_desc_style((FONT, 14))
+        .x_label_formatter(&|v| num(*v))
+        .x_desc(&t.metric.unit)
+        .label_style((FONT, 17))
+        .axis_desc_style((FONT, 17))
         .draw()?;
+    let at = |v: f64| if log { v.max(floor) } else { v };
     chart.draw_series(t.rows.iter().zip(0u32..).map(|(r, i)| {
-        let color = PALETTE[i as usize % PALETTE.len()];
         let mut bar = Rectangle::new(
             [
-                (SegmentValue::Exact(i), 0.0),
-                (SegmentValue::Exact(i + 1), r.median),
+                (floor, SegmentValue::Exact(i)),
+                (at(r.median), SegmentValue::Exact(i + 1)),
             ],
-            color.mix(0.75).filled(),
+            colours[i as usize].mix(0.8).filled(),
         );
-        bar.set_margin(0, 0, 18, 18);
+        bar.set_margin(5, 5, 0, 0);
         bar
     }))?;
     chart.draw_series(t.rows.iter().zip(0u32..).map(|(r, i)| {
-        ErrorBar::new_vertical(
+        ErrorBar::new_horizontal(
             SegmentValue::CenterOf(i),
-            r.min,
-            r.median,
-            r.max,
+            at(r.min),
+            at(r.median),
+            at(r.max),
             BLACK.stroke_width(2),
-            14,
+            10,
         )
     }))?;
     chart.draw_series(t.rows.iter().zip(0u32..).map(|(r, i)| {
-        let label = format!(
-            "{} {}  {:.2}x{}",
-            num(r.median),
-            t.metric.unit,
-            r.ratio,
-            if r.significant { "*" } else { "" }
-        );
+        let ratio = if r.ratio.is_finite() {
+            format!("  {:.2}x{}", r.ratio, if r.significant { "*" } else { "" })
+        } else {
+            String::new()
+        };
+        let label = format!("{} {}{ratio}", num(r.median), t.metric.unit);
+        // Clear of the whisker's cap.
+        let x = if log {
+            at(r.max) * 1.3
+        } else {
+            at(r.max) + top * 0.015
+        };
         Text::new(
-            label,
-            (SegmentValue::CenterOf(i), r.max + ymax * 0.03),
-            TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom)),
+            format!(" {label}"),
+            (x, SegmentValue::CenterOf(i)),
+            TextStyle::from((FONT, 16).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
         )
     }))?;
     Ok(())
 }
 
+/// Colour and marker of the `k`-th series of a scaling chart (the palette's grey is
+/// left to the tables' baseline).
+fn series_style(k: usize) -> (RGBColor, Marker) {
+    (PALETTE[(k + 1) % PALETTE.len()], MARKERS[k % MARKERS.len()])
+}
+
+/// Throughput against threads: one colour and one marker per series, a log axis
+/// when the series span decades, the legend beside the plot.
 fn scaling_chart(path: &Path, s: &Scaling) -> ChartResult<()> {
-    let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
+    let legend_w = 280u32;
+    let (w, h) = (1000u32, 600u32);
+    let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
     root.fill(&WHITE)?;
+    let root = root.titled(&s.title, (FONT, 21))?;
+    let (plot, legend) = root.split_horizontally(w - legend_w);
     let xmax = s
         .series
         .iter()
         .flat_map(|x| x.points.iter().map(|p| p.threads))
         .max()
         .unwrap_or(1);
-    let top = s
-        .series
-        .iter()
-        .flat_map(|x| x.points.iter().map(|p| p.max))
-        .fold(0.0, f64::max);
-    let ymax = if top > 0.0 { top * 1.15 } else { 1.0 };
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&s.title, (FONT, 20))
-        .margin(16)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.5f64..xmax as f64 + 0.5, 0f64..ymax)?;
+    let all = || s.series.iter().flat_map(|x| x.points.iter());
+    let log = spans_decades(all().map(|p| p.median), 1.0);
+    let top = all().map(|p| p.max).fold(0.0, f64::max);
+    let style = series_style;
+    if log {
+        let lo = all()
+            .flat_map(|p| [p.min, p.median])
+            .filter(|v| *v > 0.0)
+            .fold(f64::INFINITY, f64::min);
+        let floor = lo / 1.6;
+        let mut chart = ChartBuilder::on(&plot)
+            .margin(16)
+            .x_label_area_size(45)
+            .y_label_area_size(80)
+            .build_cartesian_2d(
+                0.5f64..xmax as f64 + 0.5,
+                (floor..top.max(floor * 10.0) * 1.5).log_scale(),
+            )?;
+        scaling_mesh(&mut chart, s, xmax, &format!("{} (log scale)", s.y_label))?;
+        for (k, series) in s.series.iter().enumerate() {
+            let (c, m) = style(k);
+            scaling_series(&mut chart, series, c, m, floor)?;
+        }
+    } else {
+        let mut chart = ChartBuilder::on(&plot)
+            .margin(16)
+            .x_label_area_size(45)
+            .y_label_area_size(80)
+            .build_cartesian_2d(
+                0.5f64..xmax as f64 + 0.5,
+                0f64..if top > 0.0 { top * 1.1 } else { 1.0 },
+            )?;
+        scaling_mesh(&mut chart, s, xmax, &s.y_label)?;
+        for (k, series) in s.series.iter().enumerate() {
+            let (c, m) = style(k);
+            scaling_series(&mut chart, series, c, m, 0.0)?;
+        }
+    }
+    for (k, series) in s.series.iter().enumerate() {
+        let (c, m) = style(k);
+        let y = 30 + k as i32 * 30;
+        legend.draw(&PathElement::new([(6, y), (40, y)], c.stroke_width(3)))?;
+        draw_marker(&legend, m, (23, y), 6, c)?;
+        legend.draw(&Text::new(
+            series.name.clone(),
+            (48, y - 9),
+            (FONT, 18).into_font().color(&BLACK),
+        ))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn scaling_mesh<DB, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    _s: &Scaling,
+    xmax: u32,
+    y_desc: &str,
+) -> ChartResult<()>
+where
+    DB: DrawingBackend,
+    DB::ErrorType: 'static,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>
+        + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
     chart
         .configure_mesh()
         .x_labels(xmax as usize + 1)
@@ -464,41 +704,83 @@ fn scaling_chart(path: &Path, s: &Scaling) -> ChartResult<()> {
                 String::new()
             }
         })
+        .y_label_formatter(&|y| num(*y))
         .x_desc("threads")
-        .y_desc(&s.y_label)
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 15))
+        .y_desc(y_desc)
+        .label_style((FONT, 18))
+        .axis_desc_style((FONT, 18))
         .draw()?;
-    for (k, series) in s.series.iter().enumerate() {
-        let color = PALETTE[(k + 1) % PALETTE.len()];
-        let pts: Vec<(f64, f64)> = series
-            .points
-            .iter()
-            .map(|p| (f64::from(p.threads), p.median))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(3)))?
-            .label(series.name.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(3)));
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 5, color.filled())))?;
-        chart.draw_series(series.points.iter().map(|p| {
-            ErrorBar::new_vertical(
-                f64::from(p.threads),
-                p.min,
-                p.median,
-                p.max,
-                color.stroke_width(2),
-                12,
-            )
-        }))?;
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .label_font((FONT, 15))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
     Ok(())
+}
+
+fn scaling_series<DB, Y>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    series: &crate::experiments::Series,
+    c: RGBColor,
+    m: Marker,
+    floor: f64,
+) -> ChartResult<()>
+where
+    DB: DrawingBackend,
+    DB::ErrorType: 'static,
+    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    let at = |v: f64| v.max(floor);
+    let pts: Vec<(f64, f64)> = series
+        .points
+        .iter()
+        .map(|p| (f64::from(p.threads), at(p.median)))
+        .collect();
+    chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))?;
+    chart.draw_series(series.points.iter().map(|p| {
+        ErrorBar::new_vertical(
+            f64::from(p.threads),
+            at(p.min),
+            at(p.median),
+            at(p.max),
+            c.mix(0.6).stroke_width(1),
+            8,
+        )
+    }))?;
+    let area = chart.plotting_area();
+    let pixels: Vec<(i32, i32)> = pts.iter().map(|&p| area.map_coordinate(&p)).collect();
+    let (dx, dy) = area.get_base_pixel();
+    for (x, y) in pixels {
+        let root = area.strip_coord_spec();
+        draw_marker(&root, m, (x - dx, y - dy), 6, c)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_series_never_share_colour_and_marker() {
+        // The peers chart has 11 series; two charts' worth must stay distinct.
+        let styles: Vec<(RGBColor, usize)> = (0..24)
+            .map(|k| {
+                let (c, m) = series_style(k);
+                (c, m as usize)
+            })
+            .collect();
+        for (i, a) in styles.iter().enumerate() {
+            for b in &styles[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        // The first 11 have 11 different colours.
+        for (i, a) in styles[..11].iter().enumerate() {
+            assert!(styles[i + 1..11].iter().all(|b| b.0 != a.0), "series {i}");
+        }
+    }
+
+    #[test]
+    fn log_axis_only_for_values_spanning_decades() {
+        assert!(spans_decades([1.3, 45.0, 3700.0].into_iter(), 1.5));
+        assert!(!spans_decades([99.2, 100.0, 49.2].into_iter(), 1.5));
+        // Zeros (a failed run, an empty capacity) do not count.
+        assert!(!spans_decades([0.0, 20.0, 100.0].into_iter(), 1.5));
+    }
 }

@@ -15,7 +15,8 @@
 //! | `mm_page_free` | a block of a smaller order | `OrderMismatch`: skipped |
 //! | `mm_page_free` | inside a larger held block | `PartialFree` (a `split_page()`d block) |
 //! | `mm_page_free` | nothing | `Unheld`: allocated before the trace (or failed in the replay) |
-//! | the other four | | counted: the kernel's own work |
+//! | `mm_page_alloc_zone_locked`, `mm_page_pcpu_drain` | | counted: the kernel's own work; a block held there was freed unseen |
+//! | the other two | | counted: the kernel's own work |
 
 use zonealloc::Gfp;
 
@@ -64,18 +65,30 @@ pub enum Action {
     Unheld {
         /// The frame freed.
         pfn: u64,
+        /// Order of the block freed.
+        order: u8,
     },
     /// `mm_page_free_batched`: the same free as its `mm_page_free`, counted only.
     FreeBatched,
     /// `mm_page_alloc_zone_locked`: the kernel took a block from its buddy lists
-    /// (`percpu_refill`: to refill a per-CPU list), counted only.
+    /// (`percpu_refill`: to refill a per-CPU list). Counted; and a block the replay
+    /// still holds there was freed unseen (a lost event).
     KernelZoneLocked {
+        /// First frame of the block.
+        pfn: u64,
+        /// Order of the block.
+        order: u8,
         /// Taken to refill a per-CPU list.
         percpu_refill: bool,
     },
-    /// `mm_page_pcpu_drain`: the kernel flushed a block from a per-CPU list, counted
-    /// only.
-    KernelDrain,
+    /// `mm_page_pcpu_drain`: the kernel flushed a block from a per-CPU list. Counted;
+    /// and a block the replay still holds there was freed unseen (a lost event).
+    KernelDrain {
+        /// First frame of the block.
+        pfn: u64,
+        /// Order of the block.
+        order: u8,
+    },
     /// `mm_page_alloc_extfrag`: the kernel fell back to another migratetype, counted
     /// only.
     KernelFallback {
@@ -109,10 +122,17 @@ impl Action {
             },
             Event::Free { pfn, order } => free_action(pfn, order, max_order, held),
             Event::FreeBatched { .. } => Action::FreeBatched,
-            Event::AllocZoneLocked { percpu_refill, .. } => {
-                Action::KernelZoneLocked { percpu_refill }
-            }
-            Event::PcpuDrain { .. } => Action::KernelDrain,
+            Event::AllocZoneLocked {
+                pfn,
+                order,
+                percpu_refill,
+                ..
+            } => Action::KernelZoneLocked {
+                pfn,
+                order,
+                percpu_refill,
+            },
+            Event::PcpuDrain { pfn, order, .. } => Action::KernelDrain { pfn, order },
             Event::AllocExtfrag {
                 fallback_order,
                 change_ownership,
@@ -140,7 +160,7 @@ fn free_action(pfn: u64, order: u8, max_order: u8, held: impl Fn(u64) -> Option<
             return Action::PartialFree { head, pfn, order };
         }
     }
-    Action::Unheld { pfn }
+    Action::Unheld { pfn, order }
 }
 
 #[cfg(test)]
@@ -172,7 +192,7 @@ mod tests {
         }
         assert_eq!(
             Action::of(&free(12, 0), 10, held),
-            Action::Unheld { pfn: 12 }
+            Action::Unheld { pfn: 12, order: 0 }
         );
     }
 

@@ -32,7 +32,7 @@ pub enum Holes {
 /// Arguments of `replay` and `map`.
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// The trace: `perf script` or trace_pipe text, plain or xz-compressed.
+    /// The trace: `perf script` or trace_pipe text, plain, xz or gzip.
     trace: PathBuf,
     /// The traced machine's /proc/zoneinfo (default: the built-in Linux 6.18 machine of
     /// the shared traces, or --zone).
@@ -44,12 +44,18 @@ pub struct ReplayArgs {
     /// Where zoneinfo's missing pages go.
     #[arg(long, value_enum, default_value = "managed")]
     holes: Holes,
-    /// CPUs (default: the largest CPU id in the trace plus one).
+    /// CPUs (default: the zoneinfo's, 2 for the built-in machine; with --zone, the
+    /// largest CPU id among the first 65,536 events plus one, at most 256). Events on
+    /// other CPUs are skipped and counted.
     #[arg(long)]
     cpus: Option<usize>,
     /// Replay with mobility grouping off.
     #[arg(long)]
     no_grouping: bool,
+    /// Start cold: empty per-CPU lists, pre-trace frees skipped (default: warm, from
+    /// the zoneinfo's per-CPU counts, pre-trace frees replayed from a pool).
+    #[arg(long)]
+    cold: bool,
     /// Stop at the first malformed line instead of skipping it.
     #[arg(long)]
     strict: bool,
@@ -62,6 +68,10 @@ pub struct ReplayArgs {
     /// Directory for the pictures (`replay` draws them only when given).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// After the replay, time `xz -dc TRACE > /dev/null` (best of 3) and print the
+    /// replay's end-to-end time next to it.
+    #[arg(long)]
+    vs_xz: bool,
 }
 
 /// Arguments of `fragbench`.
@@ -120,7 +130,11 @@ fn layout_of(a: &ReplayArgs) -> Result<ZoneLayout, Box<dyn std::error::Error>> {
         .iter()
         .map(|s| ZoneLayout::parse_zone_arg(s))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(ZoneLayout { zones })
+    Ok(ZoneLayout {
+        zones,
+        nr_cpus: None,
+        min_free_kbytes: None,
+    })
 }
 
 fn write_json<T: serde::Serialize>(path: &Path, v: &T) -> Res {
@@ -145,11 +159,15 @@ pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
             ..ReadOptions::default()
         },
         max_events: a.max_events,
+        warm: !a.cold,
         ..ReplayOptions::default()
     };
     let (report, state) = replay::run_with_state(&a.trace, &opts)?;
     if !map {
         out!("{report}");
+    }
+    if a.vs_xz {
+        compare_with_xz(&a.trace, report.timing.end_to_end_ns)?;
     }
     if let Some(j) = &a.json {
         write_json(j, &report)?;
@@ -185,6 +203,15 @@ pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
             &MapOptions {
                 title: format!("{stem} replayed into zonealloc ({grouping}), end of trace"),
                 owners: &owners,
+                note: Some(format!(
+                    "zonealloc's own placement, from an empty zone{};\n\
+                     a trace gives the order of use, not where the kernel put each page",
+                    if a.cold {
+                        ""
+                    } else {
+                        " with warm per-CPU lists"
+                    }
+                )),
                 ..MapOptions::default()
             },
         )?;
@@ -209,9 +236,35 @@ pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
         &format!(
             "Free blocks per order during the replay of {stem} (zone {zone_name}, {grouping})"
         ),
-        "trace events replayed",
+        maps::XAxis::TraceSeconds,
     )?;
     out!("buddyinfo chart: {}", chart.display());
+    Ok(())
+}
+
+/// Times `xz -dc trace > /dev/null` three times and prints the best next to the
+/// replay's end-to-end time.
+fn compare_with_xz(trace: &Path, replay_ns: u64) -> Res {
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = std::time::Instant::now();
+        let st = std::process::Command::new("xz")
+            .arg("-dc")
+            .arg(trace)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("running xz -dc {}: {e}", trace.display()))?;
+        if !st.success() {
+            return Err(format!("xz -dc {}: {st}", trace.display()).into());
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let replay = replay_ns as f64 / 1e9;
+    out!(
+        "vs xz: `xz -dc {} > /dev/null` takes {best:.3} s (best of 3); this replay took {replay:.3} s end to end = {:.2}x xz",
+        trace.display(),
+        replay / best
+    );
     Ok(())
 }
 

@@ -131,6 +131,18 @@ pub enum Event {
 }
 
 impl Event {
+    /// The first frame the event names (`None` for a failed allocation).
+    pub const fn pfn(&self) -> Option<u64> {
+        match *self {
+            Event::Alloc { pfn, .. } => pfn,
+            Event::Free { pfn, .. }
+            | Event::FreeBatched { pfn, .. }
+            | Event::AllocZoneLocked { pfn, .. }
+            | Event::PcpuDrain { pfn, .. }
+            | Event::AllocExtfrag { pfn, .. } => Some(pfn),
+        }
+    }
+
     /// The tracepoint this payload came from.
     pub const fn kind(&self) -> EventKind {
         match self {

@@ -65,6 +65,7 @@ use crate::event::{Event, Record};
 use crate::layout::{HoleModel, ZoneLayout};
 use crate::reader::{read_all, ReadOptions};
 use crate::replay::{BuddySample, Replayer};
+use crate::replay::{ReplayError, MAX_AUTO_CPUS};
 use crate::rng::SplitMix64;
 
 /// The order asked for in the passes (x86-64's pageblock and THP order).
@@ -194,7 +195,8 @@ pub struct SubjectResult {
     pub maps: Vec<String>,
     /// Free-blocks-per-order chart of the workload, if asked for.
     pub charts: Vec<String>,
-    /// `buddyinfo()` over the workload: (operation, free blocks per order).
+    /// `buddyinfo()` over the workload: (operation, or for the trace workload its
+    /// time in ns, free blocks per order).
     #[serde(skip)]
     pub samples: Vec<(u64, Vec<u64>)>,
 }
@@ -782,19 +784,26 @@ pub struct PictureOut {
 /// What to draw for one subject.
 struct Picture<'a> {
     file: &'a str,
+    /// The subject's name (it may hold a colon: `mobility_grouping: false`).
+    name: &'a str,
     title: &'a str,
+    note: Option<String>,
     owners: &'a [(Pfn, Order, Migratetype)],
+    /// `(x, free blocks per order)`: x is an operation count, or trace
+    /// nanoseconds with `XAxis::TraceSeconds`.
     samples: &'a [(u64, Vec<u64>)],
-    x_label: &'a str,
+    x: crate::maps::XAxis<'a>,
 }
 
 fn draw(out: Option<&PictureOut>, s: &dyn Subject, pic: &Picture<'_>, r: &mut SubjectResult) {
     let Picture {
         file,
+        name,
         title,
         owners,
         samples,
-        x_label,
+        x,
+        ..
     } = *pic;
     let Some(out) = out else { return };
     if let Some(za) = s.zone_allocator() {
@@ -803,6 +812,7 @@ fn draw(out: Option<&PictureOut>, s: &dyn Subject, pic: &Picture<'_>, r: &mut Su
             let opts = crate::maps::MapOptions {
                 title: title.to_string(),
                 owners,
+                note: pic.note.clone(),
                 ..crate::maps::MapOptions::default()
             };
             match crate::maps::render_zone_map(za, &path, &opts) {
@@ -817,16 +827,15 @@ fn draw(out: Option<&PictureOut>, s: &dyn Subject, pic: &Picture<'_>, r: &mut Su
             .iter()
             .map(|(i, b)| BuddySample {
                 event: *i,
-                trace_time_ns: 0,
+                trace_time_ns: *i,
                 free_blocks: vec![b.clone()],
             })
             .collect();
         let chart_title = format!(
-            "Free blocks per order, {} workload: {}",
+            "Free blocks per order, {} workload, {name}",
             file.split('-').next().unwrap_or(file),
-            title.split(':').next().unwrap_or(title)
         );
-        match crate::maps::render_buddyinfo_chart(&series, 0, &path, &chart_title, x_label) {
+        match crate::maps::render_buddyinfo_chart(&series, 0, &path, &chart_title, x) {
             Ok(()) => r.charts.push(path.display().to_string()),
             Err(e) => eprintln!("chart {}: {e}", path.display()),
         }
@@ -942,12 +951,15 @@ fn synthetic(o: &FragOptions, out: Option<&PictureOut>) -> WorkloadResult {
             o.seed
         );
         let samples = r.samples.clone();
+        let name = r.name.clone();
         let pic = Picture {
             file: &file,
+            name: &name,
             title: &title,
+            note: None,
             owners: &owners,
             samples: &samples,
-            x_label: "operations of the workload",
+            x: crate::maps::XAxis::Events("operations of the workload"),
         };
         draw(out, s.as_ref(), &pic, &mut r);
         // Pass 2: at rest.
@@ -1007,14 +1019,28 @@ pub fn peak_live_pages(records: &[Record]) -> u64 {
     peak
 }
 
+/// Reads the whole trace of the trace workload (before any work, so a bad file is
+/// refused at once).
+fn read_trace(path: &Path) -> Result<Vec<Record>, ReplayError> {
+    let read = ReadOptions {
+        nr_cpus: Some(MAX_AUTO_CPUS),
+        ..ReadOptions::default()
+    };
+    Ok(read_all(path, read)?.0)
+}
+
 fn trace_workload(
     path: &Path,
+    records: &[Record],
     o: &FragOptions,
     out: Option<&PictureOut>,
-) -> Result<WorkloadResult, crate::reader::TraceError> {
-    let (records, _) = read_all(path, ReadOptions::default())?;
-    let peak = peak_live_pages(&records);
-    let nr_pages = ((peak as f64 * 1.2) as u64).next_multiple_of(1 << MAX_ORDER);
+) -> Result<WorkloadResult, ReplayError> {
+    let peak = peak_live_pages(records);
+    // Room for the peak and a fifth more, and never less than a few max-order blocks
+    // (a trace of frees only holds nothing at its peak).
+    let nr_pages = ((peak as f64 * 1.2) as u64)
+        .max(4 << MAX_ORDER)
+        .next_multiple_of(1 << MAX_ORDER);
     let start = 1u64 << 20;
     let layout = ZoneLayout::single(ZoneType::Normal, start, nr_pages);
     let nr_cpus = records
@@ -1046,8 +1072,8 @@ fn trace_workload(
         let mut config = layout.config(HoleModel::Managed, nr_cpus);
         config.mobility_grouping = grouping;
         let every = (records.len() as u64 / o.samples.max(1)).max(1);
-        let mut rp = Replayer::new(config, every).expect("valid layout");
-        rp.replay(&records);
+        let mut rp = Replayer::new(config, every)?;
+        rp.replay(records);
         // With compaction, the live movable blocks pass to an owner that compaction
         // moves them through; the replayer's own table cannot follow a moved block,
         // so the migrator is registered only once the replay is over.
@@ -1080,7 +1106,7 @@ fn trace_workload(
                     .max_by_key(|b| b.len())
                     .cloned()
                     .unwrap_or_default();
-                (s.event, biggest)
+                (s.trace_time_ns, biggest)
             })
             .collect();
         let under_load = {
@@ -1133,10 +1159,16 @@ fn trace_workload(
         let samples = r.samples.clone();
         let pic = Picture {
             file,
+            name,
             title: &title,
+            note: Some(
+                "zonealloc's own placement, from an empty zone;\n\
+                 a trace gives the order of use, not where the kernel put each page"
+                    .into(),
+            ),
             owners: &owners,
             samples: &samples,
-            x_label: "trace events replayed",
+            x: crate::maps::XAxis::TraceSeconds,
         };
         draw(out, &s, &pic, &mut r);
         let (at_rest, _) = highalloc_pass(&mut s, nr_pages, start, &pinned);
@@ -1162,15 +1194,13 @@ fn trace_workload(
 /// `o.trace` is set, the trace workload; draws maps and charts into `out`.
 ///
 /// # Errors
-/// Reading the trace.
-pub fn run(
-    o: &FragOptions,
-    out: Option<&PictureOut>,
-) -> Result<FragReport, crate::reader::TraceError> {
+/// Reading the trace (see `TraceReader`), or a trace that makes no valid zone.
+pub fn run(o: &FragOptions, out: Option<&PictureOut>) -> Result<FragReport, ReplayError> {
+    let records = o.trace.as_deref().map(read_trace).transpose()?;
     let synthetic = synthetic(o, out);
-    let trace = match &o.trace {
-        Some(p) => Some(trace_workload(p, o, out)?),
-        None => None,
+    let trace = match (&o.trace, &records) {
+        (Some(p), Some(r)) => Some(trace_workload(p, r, o, out)?),
+        _ => None,
     };
     let cost = compaction_cost(o.zone_bytes.min(256 << 20));
     Ok(FragReport {

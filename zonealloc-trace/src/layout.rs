@@ -14,13 +14,18 @@
 //! `HoleModel::Present` only `spanned - present`. Where the real holes lie is not in
 //! zoneinfo; the model puts them in one run **at the end of the zone**, which keeps
 //! the populated part contiguous from `start_pfn` (the layout a zone map shows best)
-//! and leaves every pageblock but the last whole.
+//! and leaves every pageblock but the last whole. The zone ends with that last
+//! pageblock: a hole past it would change nothing but the metadata to build.
 
 use std::fmt;
 use std::path::Path;
 
 use serde::{Serialize, Serializer};
 use zonealloc::{Config, NodeConfig, Pfn, ZoneConfig, ZoneType};
+
+/// Frames per pageblock (order 9, as on the traced machines): trailing holes are cut
+/// at this granularity.
+const PAGEBLOCK_PAGES: u64 = 512;
 
 /// Where zoneinfo's missing pages go.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -48,6 +53,13 @@ pub struct ZoneSpec {
     pub present: u64,
     /// `managed` pages.
     pub managed: u64,
+    /// Pages on each CPU's per-CPU lists when the zoneinfo was read (its pagesets'
+    /// `count:`), one entry per CPU; empty when unknown.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pcp_count: Vec<u64>,
+    /// Each CPU's auto-tuned `high:` then, one entry per CPU; empty when unknown.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pcp_high: Vec<u64>,
 }
 
 fn zone_name<S: Serializer>(t: &ZoneType, s: S) -> Result<S::Ok, S::Error> {
@@ -63,13 +75,18 @@ impl ZoneSpec {
         }
     }
 
-    /// The zonealloc zone: `spanned` frames from `start_pfn`, the missing ones as one
-    /// hole at the end.
+    /// The zonealloc zone: the populated frames from `start_pfn`, the missing ones as
+    /// one hole at the end, cut at the end of the pageblock that holds the last
+    /// populated frame. Frames past it would be hole only: they change no allocation
+    /// (watermarks and per-CPU limits follow the managed pages) and would cost their
+    /// metadata (4.98 M frames of the traced machine's Normal zone: most of a
+    /// replay's start-up time).
     pub fn zone_config(&self, holes: HoleModel) -> ZoneConfig {
         let pop = self.populated(holes);
-        let z = ZoneConfig::new(self.zone_type, Pfn(self.start_pfn), self.spanned);
-        if pop < self.spanned {
-            z.with_hole(Pfn(self.start_pfn + pop), self.spanned - pop)
+        let spanned = pop.next_multiple_of(PAGEBLOCK_PAGES).min(self.spanned);
+        let z = ZoneConfig::new(self.zone_type, Pfn(self.start_pfn), spanned);
+        if pop < spanned {
+            z.with_hole(Pfn(self.start_pfn + pop), spanned - pop)
         } else {
             z
         }
@@ -93,6 +110,13 @@ impl std::error::Error for LayoutError {}
 pub struct ZoneLayout {
     /// Populated zones (spanned > 0).
     pub zones: Vec<ZoneSpec>,
+    /// CPUs of the machine, when known (a zoneinfo's per-CPU pagesets).
+    pub nr_cpus: Option<usize>,
+    /// `min_free_kbytes`, when known: the sum of the zones' `min` watermarks in KiB
+    /// (Linux spreads it over the zones by managed pages, so the sum gives it back).
+    /// It sets the watermarks, and through the low watermark each per-CPU list's
+    /// `high_min`. A kernel with THP raises it well above the default.
+    pub min_free_kbytes: Option<u64>,
 }
 
 fn zone_type_named(name: &str) -> Option<ZoneType> {
@@ -105,20 +129,43 @@ impl ZoneLayout {
     /// The machine of `/work/shared/traces` (Linux 6.18, x86-64, 2 CPUs), from its
     /// zoneinfo: DMA, DMA32 and Normal on node 0.
     pub fn linux_6_18_trace_machine() -> ZoneLayout {
-        let z = |zone_type, start_pfn, spanned, present, managed| ZoneSpec {
-            node: 0,
-            zone_type,
-            start_pfn,
-            spanned,
-            present,
-            managed,
+        let z = |zone_type, start_pfn, spanned, present, managed, pcp: [u64; 2], high: [u64; 2]| {
+            ZoneSpec {
+                node: 0,
+                zone_type,
+                start_pfn,
+                spanned,
+                present,
+                managed,
+                pcp_count: pcp.to_vec(),
+                pcp_high: high.to_vec(),
+            }
         };
         ZoneLayout {
             zones: vec![
-                z(ZoneType::Dma, 1, 4095, 3998, 3840),
-                z(ZoneType::Dma32, 4096, 1_044_480, 782_336, 772_917),
-                z(ZoneType::Normal, 1_048_576, 5_505_024, 5_505_024, 524_288),
+                z(ZoneType::Dma, 1, 4095, 3998, 3840, [0, 0], [0, 0]),
+                z(
+                    ZoneType::Dma32,
+                    4096,
+                    1_044_480,
+                    782_336,
+                    772_917,
+                    [0, 0],
+                    [6273, 6273],
+                ),
+                z(
+                    ZoneType::Normal,
+                    1_048_576,
+                    5_505_024,
+                    5_505_024,
+                    524_288,
+                    [3978, 3539],
+                    [28_672, 14_528],
+                ),
             ],
+            nr_cpus: Some(2),
+            // min 49 + 10037 + 6808 pages of 4 KiB.
+            min_free_kbytes: Some(67_576),
         }
     }
 
@@ -132,7 +179,11 @@ impl ZoneLayout {
                 spanned: nr_pages,
                 present: nr_pages,
                 managed: nr_pages,
+                pcp_count: Vec::new(),
+                pcp_high: Vec::new(),
             }],
+            nr_cpus: None,
+            min_free_kbytes: None,
         }
     }
 
@@ -144,6 +195,7 @@ impl ZoneLayout {
         let text = std::fs::read_to_string(path)
             .map_err(|e| LayoutError(format!("{}: {e}", path.display())))?;
         ZoneLayout::from_zoneinfo_str(&text)
+            .map_err(|e| LayoutError(format!("{}: {}", path.display(), e.0)))
     }
 
     /// Parses `/proc/zoneinfo` text: each `Node N, zone NAME` section's `spanned`,
@@ -157,10 +209,21 @@ impl ZoneLayout {
             node: u16,
             name: String,
             vals: [Option<u64>; 4],
+            pcp_count: Vec<u64>,
+            pcp_high: Vec<u64>,
+            min: Option<u64>,
         }
         let mut sections: Vec<Section> = Vec::new();
+        // `cpu: N` lines of the current section's pagesets; the machine's CPU count is
+        // the most any zone lists.
+        let (mut cpus, mut max_cpus) = (0usize, 0usize);
         for (i, line) in text.lines().enumerate() {
             let t = line.trim();
+            if t.starts_with("cpu:") {
+                cpus += 1;
+                max_cpus = max_cpus.max(cpus);
+                continue;
+            }
             if let Some(rest) = t.strip_prefix("Node ") {
                 let (n, z) = rest
                     .split_once(", zone")
@@ -169,10 +232,14 @@ impl ZoneLayout {
                     .trim()
                     .parse()
                     .map_err(|_| LayoutError(format!("zoneinfo line {}: bad node", i + 1)))?;
+                cpus = 0;
                 sections.push(Section {
                     node,
                     name: z.trim().to_string(),
                     vals: [None; 4],
+                    pcp_count: Vec::new(),
+                    pcp_high: Vec::new(),
+                    min: None,
                 });
                 continue;
             }
@@ -183,6 +250,29 @@ impl ZoneLayout {
             let (Some(k), Some(v)) = (words.next(), words.next()) else {
                 continue;
             };
+            if k == "min" {
+                cur.min = Some(
+                    v.parse()
+                        .map_err(|_| LayoutError(format!("zoneinfo line {}: bad min", i + 1)))?,
+                );
+                continue;
+            }
+            if k == "count:" && cpus > 0 {
+                let v = v
+                    .parse()
+                    .map_err(|_| LayoutError(format!("zoneinfo line {}: bad count", i + 1)))?;
+                cur.pcp_count.resize(cpus - 1, 0);
+                cur.pcp_count.push(v);
+                continue;
+            }
+            if k == "high:" && cpus > 0 {
+                let v = v
+                    .parse()
+                    .map_err(|_| LayoutError(format!("zoneinfo line {}: bad high", i + 1)))?;
+                cur.pcp_high.resize(cpus - 1, 0);
+                cur.pcp_high.push(v);
+                continue;
+            }
             let slot = match k {
                 "spanned" => 0,
                 "present" => 1,
@@ -196,6 +286,8 @@ impl ZoneLayout {
             cur.vals[slot] = Some(v);
         }
         let mut zones = Vec::new();
+        // Sum of the populated zones' `min` watermarks, in pages.
+        let mut min_pages = 0u64;
         for s in sections {
             let [Some(spanned), Some(present), Some(managed), start] = s.vals else {
                 return Err(LayoutError(format!(
@@ -212,6 +304,7 @@ impl ZoneLayout {
             let start_pfn = start.ok_or_else(|| {
                 LayoutError(format!("zoneinfo: zone {} has no start_pfn", s.name))
             })?;
+            min_pages += s.min.unwrap_or(0);
             zones.push(ZoneSpec {
                 node: s.node,
                 zone_type,
@@ -219,12 +312,20 @@ impl ZoneLayout {
                 spanned,
                 present,
                 managed,
+                pcp_count: s.pcp_count,
+                pcp_high: s.pcp_high,
             });
         }
         if zones.is_empty() {
             return Err(LayoutError("zoneinfo: no populated zone".into()));
         }
-        Ok(ZoneLayout { zones })
+        let nr_cpus = (max_cpus > 0).then_some(max_cpus);
+        let min_free_kbytes = (min_pages > 0).then_some(min_pages * 4);
+        Ok(ZoneLayout {
+            zones,
+            nr_cpus,
+            min_free_kbytes,
+        })
     }
 
     /// Parses a zone given on the command line:
@@ -270,7 +371,23 @@ impl ZoneLayout {
             spanned,
             present,
             managed,
+            pcp_count: Vec::new(),
+            pcp_high: Vec::new(),
         })
+    }
+
+    /// The zone whose per-CPU lists held the most pages when the zoneinfo was read:
+    /// its per-CPU `count:` and `high:` (empty when unknown).
+    pub fn busiest_pcp(&self) -> (&[u64], &[u64]) {
+        self.zones
+            .iter()
+            .max_by_key(|z| z.pcp_count.iter().sum::<u64>())
+            .map_or((&[], &[]), |z| (&z.pcp_count, &z.pcp_high))
+    }
+
+    /// One past the last frame of the last zone (`None` without zones).
+    pub fn end_pfn(&self) -> Option<u64> {
+        self.zones.iter().map(|z| z.start_pfn + z.spanned).max()
     }
 
     /// Frames zonealloc will manage under `holes`.
@@ -296,6 +413,7 @@ impl ZoneLayout {
         Config {
             nodes,
             nr_cpus: nr_cpus.max(1),
+            min_free_kbytes: self.min_free_kbytes,
             ..Config::default()
         }
     }
@@ -328,20 +446,44 @@ Node 0, zone      DMA
   per-node stats
       nr_inactive_anon 96459
   pages free     3840
+        min      49
         spanned  4095
         present  3998
         managed  3840
+  pagesets
+    cpu: 0
+              count:    0
+              high:     0
+    cpu: 1
+              count:    0
+              high:     0
   start_pfn:           1
 Node 0, zone    DMA32
   pages free     1
+        min      10037
         spanned  1044480
         present  782336
         managed  772917
+  pagesets
+    cpu: 0
+              count:    0
+              high:     6273
+    cpu: 1
+              count:    0
+              high:     6273
   start_pfn:           4096
 Node 0, zone   Normal
+        min      6808
         spanned  5505024
         present  5505024
         managed  524288
+  pagesets
+    cpu: 0
+              count:    3978
+              high:     28672
+    cpu: 1
+              count:    3539
+              high:     14528
   start_pfn:           1048576
 Node 0, zone  Movable
         spanned  0
@@ -366,11 +508,16 @@ Node 0, zone   Device
         let l = ZoneLayout::linux_6_18_trace_machine();
         let c = l.config(HoleModel::Managed, 2);
         c.validate().unwrap();
+        // Normal: 524,288 managed frames, a whole number of pageblocks: the
+        // trailing 4.98 M hole frames are cut, none is left.
         let normal = &c.nodes[0].zones[2];
-        assert_eq!(
-            normal.holes,
-            vec![(Pfn(1_048_576 + 524_288), 5_505_024 - 524_288)]
-        );
+        assert_eq!(normal.spanned_pages, 524_288);
+        assert!(normal.holes.is_empty());
+        // DMA32: 772,917 managed frames; the hole runs to the end of their last
+        // pageblock.
+        let dma32 = &c.nodes[0].zones[1];
+        assert_eq!(dma32.spanned_pages, 773_120);
+        assert_eq!(dma32.holes, vec![(Pfn(4096 + 772_917), 203)]);
         let p = l.config(HoleModel::Present, 2);
         assert!(p.nodes[0].zones[2].holes.is_empty());
         assert_eq!(l.populated(HoleModel::Managed), 3840 + 772_917 + 524_288);

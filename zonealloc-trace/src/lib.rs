@@ -2,8 +2,10 @@
 //! fragmentation-quality benchmark, and pictures of zones.
 //!
 //! * `reader` / `parse`: `perf script` and ftrace `trace_pipe` text of the six
-//!   page-allocator tracepoints, plain or xz, streamed a line at a time.
-//! * `layout`: the traced machine's zones from its `/proc/zoneinfo`.
+//!   page-allocator tracepoints, plain, xz or gzip, decoded on a second thread and
+//!   parsed in place, one pass; bad files refused by name.
+//! * `layout`: the traced machine's zones, watermarks and per-CPU lists from its
+//!   `/proc/zoneinfo`.
 //! * `action`: what each event asks of a replay (shared with `zonealloc bench`).
 //! * `replay`: every event on the CPU the trace names; counts, ns per event,
 //!   per-CPU refills and drains next to the kernel's, the fragmentation at the end.

@@ -358,6 +358,9 @@ pub struct MapOptions<'a> {
     pub columns: Option<usize>,
     /// Mark mixed pageblocks with a dot (default: true).
     pub mark_mixed: bool,
+    /// Lines (`\n`-separated) under the subtitle saying what the picture is (and is
+    /// not).
+    pub note: Option<String>,
 }
 
 impl Default for MapOptions<'_> {
@@ -368,6 +371,7 @@ impl Default for MapOptions<'_> {
             owners: &[],
             columns: None,
             mark_mixed: true,
+            note: None,
         }
     }
 }
@@ -378,6 +382,7 @@ struct Layout<'a> {
     rows: usize,
     legend_w: u32,
     title: &'a str,
+    note: Option<&'a str>,
     /// Mixed pageblocks are marked (owners given and `mark_mixed`).
     marks: bool,
     owners_given: bool,
@@ -407,17 +412,19 @@ pub fn render_zone_map(
         c
     });
     let rows = n.div_ceil(cols);
-    let cell = (960 / cols).clamp(2, 40) as u32;
+    let cell = (640 / cols).clamp(2, 40) as u32;
     let plot_w = cell * cols as u32;
     let plot_h = cell * rows as u32;
-    let legend_w = 390;
+    let legend_w = 470;
     let w = plot_w + 120 + legend_w;
-    let h = (plot_h + 150).max(560);
+    let note_lines = opts.note.as_deref().map_or(0, |n| n.lines().count()) as u32;
+    let h = (plot_h + 160 + 22 * note_lines).max(640);
     let lay = Layout {
         cols,
         rows,
         legend_w,
         title: &opts.title,
+        note: opts.note.as_deref(),
         marks: opts.mark_mixed && !opts.owners.is_empty(),
         owners_given: !opts.owners.is_empty(),
         grouping: za.config().mobility_grouping,
@@ -466,19 +473,19 @@ where
         String::new()
     };
     let subtitle = format!(
-        "zone {} from pfn {:#x}: {} pageblocks, {} with nothing allocated{mixed}, {:.1}% of pages free",
+        "zone {} from pfn {:#x}: {} pageblocks, {} wholly free{mixed}, {:.1}% of pages free",
         map.zone.zone_type,
         map.start_pfn,
         map.cells.len(),
         map.free_pageblocks(),
         100.0 * free as f64 / present.max(1) as f64
     );
-    root.titled(lay.title, (FONT, 20)).map_err(e)?;
+    root.titled(lay.title, (FONT, 23)).map_err(e)?;
     let mut chart = ChartBuilder::on(&left)
         .margin(10)
-        .margin_top(48)
+        .margin_top(52 + 22 * lay.note.map_or(0, |n| n.lines().count()) as u32)
         .x_label_area_size(50)
-        .y_label_area_size(80)
+        .y_label_area_size(105)
         .build_cartesian_2d(0f64..cols as f64, rows as f64..0f64)
         .map_err(e)?;
     let x_step = (cols / 16).max(1);
@@ -491,8 +498,8 @@ where
         .y_label_formatter(&|y| format!("{} MiB", (*y as u64) * row_mib))
         .x_desc(format!("pageblock within the row ({pb_mib} MiB each)"))
         .y_desc("offset in the zone")
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 15))
+        .label_style((FONT, 16))
+        .axis_desc_style((FONT, 17))
         .draw()
         .map_err(e)?;
     let area = chart.plotting_area();
@@ -523,9 +530,17 @@ where
     left.draw(&Text::new(
         subtitle,
         (90, 30),
-        (FONT, 15).into_font().color(&BLACK),
+        (FONT, 17).into_font().color(&BLACK),
     ))
     .map_err(e)?;
+    for (i, line) in lay.note.unwrap_or("").lines().enumerate() {
+        left.draw(&Text::new(
+            line.to_string(),
+            (90, 54 + 22 * i as i32),
+            (FONT, 17).into_font().color(&RGBColor(0x60, 0x20, 0x20)),
+        ))
+        .map_err(e)?;
+    }
     draw_legend(&right, map, lay)?;
     root.present().map_err(e)?;
     Ok(())
@@ -559,9 +574,9 @@ where
     };
     let mut y = 56;
     right
-        .draw(&text("Colour: the pageblock's migratetype", 10, y, 15))
+        .draw(&text("Colour: the pageblock's migratetype", 10, y, 18))
         .map_err(e)?;
-    y += 24;
+    y += 30;
     for mt in Migratetype::ALL {
         swatch(y, mt_colour(Some(mt)))?;
         let n = map.pageblocks_of(mt);
@@ -570,8 +585,8 @@ where
             mt.name(),
             if n == 1 { "" } else { "s" }
         );
-        right.draw(&text(&label, 42, y + 3, 14)).map_err(e)?;
-        y += 25;
+        right.draw(&text(&label, 42, y + 3, 17)).map_err(e)?;
+        y += 31;
     }
     let unread = map
         .cells
@@ -581,19 +596,19 @@ where
     if unread > 0 {
         swatch(y, UNKNOWN)?;
         right
-            .draw(&text(&format!("type not known ({unread})"), 42, y + 3, 14))
+            .draw(&text(&format!("type not known ({unread})"), 42, y + 3, 17))
             .map_err(e)?;
-        y += 25;
+        y += 31;
     }
     swatch(y, HOLE)?;
     right
-        .draw(&text("hole (no memory)", 42, y + 3, 14))
+        .draw(&text("hole (no memory)", 42, y + 3, 17))
         .map_err(e)?;
-    y += 40;
+    y += 50;
     right
-        .draw(&text("Shade: share of the pageblock free", 10, y, 15))
+        .draw(&text("Shade: share of the pageblock free", 10, y, 18))
         .map_err(e)?;
-    y += 24;
+    y += 30;
     let steps = 10u32;
     for base in [UNMOVABLE, MOVABLE, RECLAIMABLE] {
         for i in 0..steps {
@@ -605,10 +620,10 @@ where
         }
         y += 10;
     }
-    y += 4;
-    right.draw(&text("nothing free", 10, y, 13)).map_err(e)?;
-    right.draw(&text("90-99% free", 180, y, 13)).map_err(e)?;
-    y += 24;
+    y += 5;
+    right.draw(&text("nothing free", 10, y, 16)).map_err(e)?;
+    right.draw(&text("90-99% free", 160, y, 16)).map_err(e)?;
+    y += 30;
     for (i, base) in [UNMOVABLE, MOVABLE, RECLAIMABLE].into_iter().enumerate() {
         let x0 = 12 + i as i32 * 8;
         right
@@ -629,83 +644,98 @@ where
             "nothing allocated: a whole free pageblock",
             44,
             y + 3,
-            14,
+            17,
         ))
         .map_err(e)?;
-    y += 40;
+    y += 50;
     right
-        .draw(&text("Dot: mixed pageblock", 10, y, 15))
+        .draw(&text("Dot: mixed pageblock", 10, y, 18))
         .map_err(e)?;
-    y += 24;
+    y += 30;
     if lay.marks {
-        swatch(y, shade(MOVABLE, 256, 512))?;
-        for d in dot((22, y + 10), 5, UNMOVABLE) {
+        // The example is the commonest kind of mixed pageblock in this map.
+        let mut kinds: Vec<((Migratetype, Migratetype), usize)> = Vec::new();
+        for c in &map.cells {
+            if let (Some(mt), Some(f)) = (c.migratetype, c.main_foreign()) {
+                match kinds.iter_mut().find(|(k, _)| *k == (mt, f)) {
+                    Some((_, n)) => *n += 1,
+                    None => kinds.push(((mt, f), 1)),
+                }
+            }
+        }
+        let common = kinds.iter().max_by_key(|(_, n)| *n).copied();
+        let ((block, foreign), n) =
+            common.unwrap_or(((Migratetype::Movable, Migratetype::Unmovable), 0));
+        swatch(y, shade(mt_colour(Some(block)), 256, 512))?;
+        for d in dot((22, y + 10), 5, mt_colour(Some(foreign))) {
             right.draw(&d).map_err(e)?;
         }
         right
-            .draw(&text("holds allocated memory of another", 42, y - 4, 14))
+            .draw(&text("holds allocated memory of another", 42, y - 6, 17))
             .map_err(e)?;
-        right
-            .draw(&text("mobility (here Unmovable pages in a", 42, y + 12, 14))
-            .map_err(e)?;
-        right
-            .draw(&text(
-                "Movable pageblock: fallback pollution)",
-                42,
-                y + 28,
-                14,
-            ))
-            .map_err(e)?;
-        y += 50;
+        let (line2, line3) = if n > 0 {
+            (
+                format!("mobility: {n} here hold {} pages", foreign.name()),
+                format!("in a {} pageblock (the commonest)", block.name()),
+            )
+        } else {
+            (
+                format!("mobility (e.g. {} pages in a", foreign.name()),
+                format!("{} pageblock; none in this map)", block.name()),
+            )
+        };
+        right.draw(&text(&line2, 42, y + 14, 17)).map_err(e)?;
+        right.draw(&text(&line3, 42, y + 34, 17)).map_err(e)?;
+        y += 62;
         right
             .draw(&text(
                 "dot colour = that mobility (the largest if several),",
                 10,
                 y,
-                13,
+                16,
             ))
             .map_err(e)?;
-        y += 17;
+        y += 21;
         right
             .draw(&text(
                 "as asked for by the allocations the caller named",
                 10,
                 y,
-                13,
+                16,
             ))
             .map_err(e)?;
-        y += 17;
+        y += 21;
     } else {
         let why = if lay.owners_given {
             "not marked in this picture"
         } else {
             "not marked: no allocation's mobility was given"
         };
-        right.draw(&text(why, 10, y, 13)).map_err(e)?;
-        y += 17;
+        right.draw(&text(why, 10, y, 16)).map_err(e)?;
+        y += 21;
     }
     if !lay.grouping {
-        y += 12;
+        y += 15;
         right
             .draw(&text(
                 "Mobility grouping off: every request is served",
                 10,
                 y,
-                13,
+                16,
             ))
             .map_err(e)?;
-        y += 17;
+        y += 21;
         right
             .draw(&text(
                 "as Unmovable, so types separate nothing (Linux's",
                 10,
                 y,
-                13,
+                16,
             ))
             .map_err(e)?;
-        y += 17;
+        y += 21;
         right
-            .draw(&text("page_group_by_mobility_disabled)", 10, y, 13))
+            .draw(&text("page_group_by_mobility_disabled)", 10, y, 16))
             .map_err(e)?;
     }
     Ok(())
@@ -729,8 +759,18 @@ const ORDER_COLOURS: [RGBColor; 11] = [
     RGBColor(0x00, 0x00, 0x00),
 ];
 
-/// Draws free blocks per order (log scale) over the samples' `event` axis, for the
-/// zone at index `zone` of each sample, into a PNG or SVG.
+/// What the x axis of a free-blocks chart counts.
+#[derive(Clone, Copy, Debug)]
+pub enum XAxis<'a> {
+    /// The samples' `event` (operations or events), with this label.
+    Events(&'a str),
+    /// The samples' `trace_time_ns`, in seconds of the trace.
+    TraceSeconds,
+}
+
+/// Draws free blocks per order (log scale) over the samples' events or trace time,
+/// for the zone at index `zone` of each sample, into a PNG or SVG. The legend sits
+/// beside the plot, never over a line.
 ///
 /// # Errors
 /// No samples, an unknown extension, or a drawing or I/O error.
@@ -739,27 +779,27 @@ pub fn render_buddyinfo_chart(
     zone: usize,
     path: &Path,
     title: &str,
-    x_label: &str,
+    x: XAxis<'_>,
 ) -> Result<(), MapError> {
     register_font();
     if samples.is_empty() {
         return Err(MapError("no samples".into()));
     }
-    let (w, h) = (1200, 700);
+    let (w, h) = (1000, 560);
     match path.extension().and_then(|x| x.to_str()) {
         Some("png") => draw_chart(
             BitMapBackend::new(path, (w, h)).into_drawing_area(),
             samples,
             zone,
             title,
-            x_label,
+            x,
         ),
         Some("svg") => draw_chart(
             SVGBackend::new(path, (w, h)).into_drawing_area(),
             samples,
             zone,
             title,
-            x_label,
+            x,
         ),
         _ => Err(MapError(format!("{}: use .png or .svg", path.display()))),
     }
@@ -770,18 +810,22 @@ fn draw_chart<DB: DrawingBackend>(
     samples: &[BuddySample],
     zone: usize,
     title: &str,
-    x_label: &str,
+    x_axis: XAxis<'_>,
 ) -> Result<(), MapError>
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE).map_err(e)?;
+    let x_of = |s: &BuddySample| match x_axis {
+        XAxis::Events(_) => s.event as f64,
+        XAxis::TraceSeconds => s.trace_time_ns as f64 / 1e9,
+    };
     let series = |o: usize| -> Vec<(f64, f64)> {
         samples
             .iter()
             .filter_map(|s| {
                 let b = s.free_blocks.get(zone)?;
-                Some((s.event as f64, b.get(o).copied().unwrap_or(0) as f64))
+                Some((x_of(s), b.get(o).copied().unwrap_or(0) as f64))
             })
             .collect()
     };
@@ -790,34 +834,40 @@ where
         .filter_map(|s| s.free_blocks.get(zone).map(Vec::len))
         .max()
         .unwrap_or(0);
-    let x_max = samples.last().map_or(1.0, |s| s.event as f64).max(1.0);
+    let x_max = samples.last().map_or(1.0, x_of);
+    let x_max = if x_max > 0.0 { x_max } else { 1.0 };
     let y_max = (0..orders)
         .flat_map(|o| series(o).into_iter().map(|p| p.1))
         .fold(1.0f64, f64::max);
     let floor = 0.8;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, (FONT, 20))
+    let root = root.titled(title, (FONT, 21)).map_err(e)?;
+    let (w, _) = root.dim_in_pixel();
+    let legend_w = 190;
+    let (plot, legend) = root.split_horizontally(w - legend_w);
+    let mut chart = ChartBuilder::on(&plot)
         .margin(15)
         .x_label_area_size(55)
         .y_label_area_size(80)
-        .build_cartesian_2d(0f64..x_max, (floor..y_max * 3.0).log_scale())
+        .build_cartesian_2d(0f64..x_max, (floor * 0.9..y_max * 3.0).log_scale())
         .map_err(e)?;
+    let x_desc = match x_axis {
+        XAxis::Events(label) => label.to_string(),
+        XAxis::TraceSeconds => "seconds of the trace".to_string(),
+    };
     chart
         .configure_mesh()
-        .x_desc(x_label)
+        .x_desc(x_desc)
         .y_desc("free blocks (log scale; 0 drawn on the axis)")
-        .x_label_formatter(&|x| {
-            if x_max >= 1e6 {
-                format!("{:.1}M", x / 1e6)
-            } else if x_max >= 1e4 {
-                format!("{:.0}k", x / 1e3)
-            } else {
-                format!("{x:.0}")
-            }
+        .x_label_formatter(&|x| match x_axis {
+            XAxis::TraceSeconds if x_max < 10.0 => format!("{x:.1}"),
+            XAxis::TraceSeconds => format!("{x:.0}"),
+            XAxis::Events(_) if x_max >= 1e6 => format!("{:.1}M", x / 1e6),
+            XAxis::Events(_) if x_max >= 1e4 => format!("{:.0}k", x / 1e3),
+            XAxis::Events(_) => format!("{x:.0}"),
         })
         .y_label_formatter(&|y| format!("{y:.0}"))
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 15))
+        .label_style((FONT, 17))
+        .axis_desc_style((FONT, 17))
         .light_line_style(RGBColor(0xee, 0xee, 0xee))
         .draw()
         .map_err(e)?;
@@ -828,21 +878,37 @@ where
             .map(|(x, y)| (x, y.max(floor)))
             .collect();
         let width = if o >= 9 { 3 } else { 2 };
+        // Segment by segment: a wide polyline's mitred joins shoot spikes far past
+        // the plot where the line turns sharply (a count dropping to 0 and back).
         chart
-            .draw_series(LineSeries::new(pts, c.stroke_width(width)))
-            .map_err(e)?
-            .label(format!("order {o} ({} KiB)", 4u64 << o))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(width))
-            });
+            .draw_series(
+                pts.windows(2)
+                    .map(|w| PathElement::new(vec![w[0], w[1]], c.stroke_width(width))),
+            )
+            .map_err(e)?;
+        // The legend, beside the plot: one line per order, largest order on top
+        // (the order the lines mostly stack in).
+        let y = 44 + (orders - 1 - o) as i32 * 26;
+        legend
+            .draw(&PathElement::new(
+                vec![(8, y), (34, y)],
+                c.stroke_width(width),
+            ))
+            .map_err(e)?;
+        legend
+            .draw(&Text::new(
+                format!("order {o} ({} KiB)", 4u64 << o),
+                (42, y - 8),
+                (FONT, 16).into_font().color(&BLACK),
+            ))
+            .map_err(e)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font((FONT, 13))
-        .draw()
+    legend
+        .draw(&Text::new(
+            "free blocks of".to_string(),
+            (8, 12),
+            (FONT, 16).into_font().color(&BLACK),
+        ))
         .map_err(e)?;
     root.present().map_err(e)?;
     Ok(())

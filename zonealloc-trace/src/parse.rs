@@ -46,12 +46,34 @@ fn err<T>(why: impl Into<String>) -> Result<T, LineError> {
     Err(LineError(why.into()))
 }
 
+/// The last `gfp_flags` value seen and its flags: consecutive allocations mostly
+/// share their flags, and splitting and looking up the symbols was a tenth of the
+/// parsing time. Only values whose every symbol is known are kept, so each unknown
+/// symbol is still reported every time it is seen.
+#[derive(Clone, Debug, Default)]
+pub struct GfpCache {
+    text: Vec<u8>,
+    gfp: Option<Gfp>,
+}
+
 /// Parses one line (without its newline). `unknown_gfp` is called with each
 /// `gfp_flags` symbol the mapping does not know.
 ///
 /// # Errors
 /// A `LineError` naming what is missing or wrong.
 pub fn parse_line(line: &[u8], unknown_gfp: impl FnMut(&str)) -> Result<Parsed, LineError> {
+    parse_line_cached(line, &mut GfpCache::default(), unknown_gfp)
+}
+
+/// `parse_line` with a `GfpCache` kept between lines.
+///
+/// # Errors
+/// As `parse_line`.
+pub fn parse_line_cached(
+    line: &[u8],
+    cache: &mut GfpCache,
+    unknown_gfp: impl FnMut(&str),
+) -> Result<Parsed, LineError> {
     let line = trim(line);
     if line.is_empty() || line[0] == b'#' {
         return Ok(Parsed::Blank);
@@ -83,7 +105,7 @@ pub fn parse_line(line: &[u8], unknown_gfp: impl FnMut(&str)) -> Result<Parsed, 
         return Ok(Parsed::Other);
     };
     let payload = &rest[end + 1..];
-    let event = parse_payload(kind, payload, unknown_gfp)?;
+    let event = parse_payload(kind, payload, cache, unknown_gfp)?;
     Ok(Parsed::Event {
         cpu,
         time_ns,
@@ -95,7 +117,7 @@ pub fn parse_line(line: &[u8], unknown_gfp: impl FnMut(&str)) -> Result<Parsed, 
 /// timestamp's colon.
 fn find_prefix(line: &[u8]) -> Option<(u16, u64, &[u8])> {
     let mut from = 0;
-    while let Some(off) = line[from..].iter().position(|&b| b == b'[') {
+    while let Some(off) = memchr::memchr(b'[', &line[from..]) {
         let open = from + off;
         from = open + 1;
         let close = line[open + 1..].iter().position(|&b| b == b']')?;
@@ -148,6 +170,7 @@ fn timestamp(w: &[u8]) -> Option<u64> {
 fn parse_payload(
     kind: EventKind,
     payload: &[u8],
+    cache: &mut GfpCache,
     mut unknown_gfp: impl FnMut(&str),
 ) -> Result<Event, LineError> {
     let mut pfn: Option<u64> = None;
@@ -180,8 +203,20 @@ fn parse_payload(
             b"order" => order = Some(parse_order(v).ok_or_else(bad)?),
             b"migratetype" => mt = Some(parse_int(v).ok_or_else(bad)?),
             b"gfp_flags" => {
-                let s = core::str::from_utf8(v).map_err(|_| bad())?;
-                gfp = Some(parse_gfp_flags(s, &mut unknown_gfp));
+                if cache.gfp.is_some() && cache.text == v {
+                    gfp = cache.gfp;
+                } else {
+                    let s = core::str::from_utf8(v).map_err(|_| bad())?;
+                    let mut unknown = false;
+                    let g = parse_gfp_flags(s, |sym| {
+                        unknown = true;
+                        unknown_gfp(sym);
+                    });
+                    cache.text.clear();
+                    cache.text.extend_from_slice(v);
+                    cache.gfp = (!unknown).then_some(g);
+                    gfp = Some(g);
+                }
             }
             b"percpu_refill" => refill = Some(parse_int(v).ok_or_else(bad)? != 0),
             b"alloc_order" => alloc_order = Some(parse_order(v).ok_or_else(bad)?),
@@ -403,6 +438,35 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn the_gfp_cache_gives_the_same_flags_and_reports_every_unknown_symbol() {
+        let mut cache = GfpCache::default();
+        let mut unknown = Vec::new();
+        let line = |flags: &str| {
+            format!("x 1 [000] 1.0: kmem:mm_page_alloc: pfn=0x10 order=0 migratetype=1 gfp_flags={flags}")
+        };
+        let mut gfps = Vec::new();
+        for flags in [
+            "GFP_KERNEL",
+            "GFP_KERNEL",
+            "GFP_HIGHUSER_MOVABLE|__GFP_ZERO",
+            "GFP_KERNEL|__GFP_FROB",
+            "GFP_KERNEL|__GFP_FROB",
+            "GFP_KERNEL",
+        ] {
+            let fresh = parse_line(line(flags).as_bytes(), |_| {}).unwrap();
+            let cached = parse_line_cached(line(flags).as_bytes(), &mut cache, |s| {
+                unknown.push(s.to_string())
+            })
+            .unwrap();
+            assert_eq!(fresh, cached, "{flags}");
+            gfps.push(cached);
+        }
+        assert_eq!(gfps[0], gfps[1]);
+        assert_ne!(gfps[1], gfps[2]);
+        assert_eq!(unknown, ["__GFP_FROB", "__GFP_FROB"]);
     }
 
     #[test]

@@ -146,3 +146,72 @@ fn png_and_svg_are_written_with_one_dot_per_mixed_pageblock() {
     assert!(maps::render_zone_map(&za, &dir.join("m.jpg"), &MapOptions::default()).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn legend_example_is_the_commonest_mixed_pageblock_and_the_note_is_drawn() {
+    let (za, owners) = polluted();
+    let m = maps::zone_map(&za, None, &owners).unwrap();
+    // In this zone, mixing means Unmovable pages in Movable pageblocks.
+    let mixed: Vec<_> = m.cells.iter().filter(|c| c.mixed()).collect();
+    assert!(!mixed.is_empty());
+    let n = mixed
+        .iter()
+        .filter(|c| {
+            c.migratetype == Some(Migratetype::Movable)
+                && c.main_foreign() == Some(Migratetype::Unmovable)
+        })
+        .count();
+    let dir = std::env::temp_dir().join(format!("zonealloc-legend-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("map.svg");
+    maps::render_zone_map(
+        &za,
+        &svg,
+        &MapOptions {
+            owners: &owners,
+            note: Some("first line of the note\nsecond line".into()),
+            ..MapOptions::default()
+        },
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        text.contains(&format!("{n} here hold Unmovable pages")),
+        "legend example does not match the map"
+    );
+    assert!(text.contains("in a Movable pageblock"));
+    assert!(text.contains("first line of the note") && text.contains("second line"));
+}
+
+#[test]
+fn free_blocks_chart_keeps_its_title_and_counts_trace_seconds() {
+    use zonealloc_trace::replay::BuddySample;
+    let samples: Vec<BuddySample> = (0..50u64)
+        .map(|i| BuddySample {
+            event: i * 1000,
+            trace_time_ns: i * 100_000_000,
+            free_blocks: vec![vec![i % 3, 0, i, 1]],
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("zonealloc-chart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("chart.svg");
+    let title = "Free blocks, zonealloc, mobility_grouping: false";
+    maps::render_buddyinfo_chart(&samples, 0, &svg, title, maps::XAxis::TraceSeconds).unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(text.contains("mobility_grouping: false"), "title cut");
+    assert!(text.contains("seconds of the trace"));
+    // 4.9 s of trace: the axis counts seconds, not the 49,000 events.
+    // SVG text elements hold their text on a line of its own.
+    let labels: Vec<&str> = text.lines().collect();
+    assert!(
+        labels.iter().any(|l| *l == "4.0" || *l == "4.5"),
+        "no seconds on the axis"
+    );
+    assert!(
+        !labels.iter().any(|l| l.ends_with('k')),
+        "events on the axis"
+    );
+}

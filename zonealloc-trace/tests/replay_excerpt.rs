@@ -40,6 +40,8 @@ struct Expect {
     zone_locked: u64,
     frees_replayed: u64,
     frees_pretrace: u64,
+    /// Pages those pre-trace frees free (some are of order > 0).
+    pretrace_pages: u64,
     kernel_refill_blocks: u64,
     kernel_zone_locked_other: u64,
     live_blocks: u64,
@@ -77,7 +79,27 @@ fn check(r: &ReplayReport, e: &Expect) {
     assert_eq!(c.frees_of_failed_allocs, 0);
     assert_eq!(c.free_errors, 0);
     assert_eq!(c.free_batched, e.free_batched);
-    assert_eq!(c.allocator_calls, e.alloc + e.frees_replayed);
+    // Pre-trace frees are replayed as order-0 frees of pool pages; each pool block
+    // costs an allocation and a split.
+    assert_eq!(c.frees_pretrace_replayed, e.frees_pretrace);
+    assert_eq!(
+        c.pretrace_pool_blocks,
+        e.pretrace_pages.div_ceil(1 << 10),
+        "one max-order block per 1,024 pre-trace pages"
+    );
+    assert_eq!(
+        c.allocator_calls,
+        e.alloc + e.frees_replayed + e.pretrace_pages + 2 * c.pretrace_pool_blocks
+    );
+    // No frame of these excerpts is reused unseen.
+    assert_eq!(
+        (
+            c.overlap_frees,
+            c.lost_frees_at_zone_locked,
+            c.lost_frees_at_drain
+        ),
+        (0, 0, 0)
+    );
     assert_eq!(r.pcp.kernel_refill_blocks, e.kernel_refill_blocks);
     assert_eq!(r.pcp.kernel_zone_locked_other, e.kernel_zone_locked_other);
     assert_eq!(r.pcp.kernel_drain_blocks, 0);
@@ -88,9 +110,10 @@ fn check(r: &ReplayReport, e: &Expect) {
     let end = &r.end;
     assert_eq!(end.live_blocks, e.live_blocks);
     assert_eq!(end.live_pages, e.live_pages);
-    // The ledger: every managed page is free, on a per-CPU list, or held for the trace.
+    // The ledger: every managed page is free, on a per-CPU list, held for the
+    // trace, or in the pre-trace pool.
     assert_eq!(
-        end.nr_free_pages + end.nr_pcp_pages + end.live_pages,
+        end.nr_free_pages + end.nr_pcp_pages + end.live_pages + end.pool_pages,
         r.managed_pages
     );
     // Samples: one before the first event and one after the last.
@@ -106,6 +129,7 @@ const FIRST: Expect = Expect {
     zone_locked: 0,
     frees_replayed: 560,
     frees_pretrace: 49,
+    pretrace_pages: 49,
     kernel_refill_blocks: 0,
     kernel_zone_locked_other: 0,
     live_blocks: 244,
@@ -120,6 +144,7 @@ const MIDDLE: Expect = Expect {
     zone_locked: 131,
     frees_replayed: 119,
     frees_pretrace: 33,
+    pretrace_pages: 47,
     kernel_refill_blocks: 126,
     kernel_zone_locked_other: 5,
     live_blocks: 1458,
@@ -254,7 +279,9 @@ fn trace_pipe_corner_cases() {
     assert_eq!(r.end.live_pages, 3);
     assert_eq!(r.nr_cpus, 2);
     match strict {
-        Err(replay::ReplayError::Trace(TraceError::Malformed(m))) => assert_eq!(m.line, 8),
+        Err(replay::ReplayError::Trace(TraceError::Malformed { line, .. })) => {
+            assert_eq!(line.line, 8)
+        }
         other => panic!("strict replay did not stop at line 8: {other:?}"),
     }
 }
@@ -289,4 +316,146 @@ fn report_prints_and_serializes() {
         .sum();
     assert!(r.fallback.zonealloc_extfrag.unwrap() >= r.fallback.zonealloc_claimed);
     assert!(r.fallback.zonealloc_claimed >= claimed_blocks.min(1));
+}
+
+/// Frees lost by perf, noticed when the kernel reuses the frames (trace_pipe text):
+/// a held page drained from a per-CPU list, a held page taken by a refill, an
+/// allocation inside a held order-2 block, and an allocation at a held head.
+const LOST: &str = "\
+ cc-1 [000] d..1. 1.000001: mm_page_alloc: page=0x1 pfn=0x1000 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE
+ cc-1 [000] d..1. 1.000002: mm_page_alloc: page=0x1 pfn=0x2000 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE
+ cc-1 [001] d..1. 1.000003: mm_page_alloc: page=0x1 pfn=0x3000 order=2 migratetype=0 gfp_flags=GFP_KERNEL
+ cc-1 [000] d..1. 1.000004: mm_page_alloc: page=0x1 pfn=0x4000 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE
+ cc-1 [000] d..1. 1.000005: mm_page_pcpu_drain: page=0x1 pfn=0x1000 order=0 migratetype=1
+ cc-1 [000] d..1. 1.000006: mm_page_alloc_zone_locked: page=0x1 pfn=0x2000 order=0 migratetype=1 percpu_refill=1
+ cc-1 [001] d..1. 1.000007: mm_page_alloc: page=0x1 pfn=0x3002 order=0 migratetype=0 gfp_flags=GFP_KERNEL
+ cc-1 [000] d..1. 1.000008: mm_page_alloc: page=0x1 pfn=0x4000 order=1 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE
+ cc-1 [000] d..1. 1.000009: mm_page_pcpu_drain: page=0x1 pfn=0x5000 order=0 migratetype=1
+";
+
+#[test]
+fn frees_lost_by_perf_are_made_when_the_kernel_reuses_the_frames() {
+    let path =
+        std::env::temp_dir().join(format!("zonealloc-trace-lost-{}.txt", std::process::id()));
+    std::fs::write(&path, LOST).unwrap();
+    let r = replay::run(&path, &small());
+    std::fs::remove_file(&path).unwrap();
+    let r = r.unwrap();
+    let c = &r.counts;
+    assert_eq!(c.allocs, 6);
+    assert_eq!(c.lost_frees_at_drain, 1, "0x1000, drained while held");
+    assert_eq!(
+        c.lost_frees_at_zone_locked, 1,
+        "0x2000, refilled while held"
+    );
+    assert_eq!(
+        c.overlap_frees, 1,
+        "0x3002 falls inside the order-2 block at 0x3000"
+    );
+    assert_eq!(c.implicit_frees, 1, "0x4000 allocated again");
+    assert_eq!(c.free_errors, 0);
+    // Held at the end: 0x3002 (order 0) and 0x4000 (order 1).
+    assert_eq!((r.end.live_blocks, r.end.live_pages), (2, 3));
+    assert_eq!(r.pcp.kernel_drain_blocks, 2);
+    assert_eq!(r.pcp.kernel_refill_blocks, 1);
+    // zonealloc's frees for the trace: the four lost ones.
+    assert_eq!(r.pcp.zonealloc_frees, 4);
+    assert_eq!(
+        r.end.nr_free_pages + r.end.nr_pcp_pages + r.end.live_pages + r.end.pool_pages,
+        r.managed_pages
+    );
+}
+
+#[test]
+fn cold_replay_skips_pretrace_frees_and_warm_replays_them() {
+    let file = data("cargo-build-first2000.perf.txt");
+    let cold = replay::run(
+        &file,
+        &ReplayOptions {
+            warm: false,
+            ..small()
+        },
+    )
+    .unwrap();
+    assert_eq!(cold.counts.frees_pretrace, 49);
+    assert_eq!(cold.counts.frees_pretrace_replayed, 0);
+    assert_eq!(cold.counts.pretrace_pool_blocks, 0);
+    assert_eq!(cold.end.pool_pages, 0);
+    let warm = replay::run(&file, &small()).unwrap();
+    assert_eq!(warm.counts.frees_pretrace_replayed, 49);
+    // The 49 pages went to the per-CPU lists: zonealloc's free count is the trace's.
+    assert_eq!(warm.pcp.zonealloc_frees, warm.pcp.kernel_frees);
+    assert_eq!(warm.end.pool_pages, 1024 - 49);
+}
+
+#[test]
+fn the_traced_machine_starts_warm() {
+    // The built-in machine: 3,978 and 3,539 pages on the Normal zone's lists.
+    let r = replay::run(
+        &data("cargo-build-lines279001-281000.perf.txt"),
+        &ReplayOptions::default(),
+    )
+    .unwrap();
+    let c = &r.counts;
+    assert!(
+        c.warm_pcp_pages > 0 && c.warm_pcp_pages <= 3978 + 3539,
+        "{c:?}"
+    );
+    // The report counts what the trace did, not the warm start.
+    assert!(r.pcp.zonealloc.refill_blocks < 3978 + 3539);
+    assert_eq!(
+        r.end.nr_free_pages + r.end.nr_pcp_pages + r.end.live_pages + r.end.pool_pages,
+        r.managed_pages
+    );
+}
+
+#[test]
+fn warm_state_reads_each_list_from_the_first_refill() {
+    use zonealloc_trace::event::{Event, Record};
+    use zonealloc_trace::replay::warm_state;
+    let rec = |cpu: u16, event| Record {
+        line: 0,
+        cpu,
+        time_ns: 0,
+        event,
+    };
+    let alloc = |order| Event::Alloc {
+        pfn: Some(1),
+        order,
+        gfp: zonealloc::Gfp::HIGHUSER_MOVABLE,
+        migratetype: Some(zonealloc::Migratetype::Movable),
+    };
+    let refill = |order| Event::AllocZoneLocked {
+        pfn: 1,
+        order,
+        migratetype: Some(zonealloc::Migratetype::Movable),
+        percpu_refill: true,
+    };
+    let mut first = Vec::new();
+    // CPU 0: 5 order-0 allocations, one free, then a refill: 4 pages at the start.
+    first.extend((0..5).map(|_| rec(0, alloc(0))));
+    first.push(rec(0, Event::Free { pfn: 9, order: 0 }));
+    first.push(rec(0, refill(0)));
+    first.extend((0..3).map(|_| rec(0, alloc(0))));
+    // CPU 0: 2 order-1 allocations, never refilled: at least 2 blocks.
+    first.extend((0..2).map(|_| rec(0, alloc(1))));
+    // CPU 1: no refill: zoneinfo's whole count is order-0.
+    first.push(rec(1, alloc(0)));
+    let w = warm_state(&[2000, 700], &[9000, 800], &first, 2, 9);
+    assert_eq!(w[0].blocks, [4, 2, 0, 0]);
+    // 2,000 - 4 - 2x2 = 1,992 pages left over: three pageblocks.
+    assert_eq!(w[0].pageblock_blocks, 3);
+    assert_eq!(w[0].high, 9000);
+    assert_eq!(w[1].blocks, [700, 0, 0, 0]);
+    assert_eq!(w[1].pageblock_blocks, 0);
+    // A deficit larger than the count is cut to it.
+    let w = warm_state(&[3], &[0], &first, 1, 9);
+    assert_eq!(
+        w[0].blocks
+            .iter()
+            .zip([1u64, 2, 4, 8])
+            .map(|(b, p)| b * p)
+            .sum::<u64>(),
+        3
+    );
 }

@@ -90,7 +90,13 @@ impl Experiment for Replay {
         res.param("trace", path.display());
         ctx.status("reading and parsing the trace (untimed)");
         let t = Instant::now();
-        let (records, stats) = match read_all(&path, ReadOptions::default()) {
+        // Events on CPUs past MAX_AUTO_CPUS are skipped (and counted), so a stray
+        // `[9999]` in a trace cannot make every peer build ten thousand CPUs.
+        let read = ReadOptions {
+            nr_cpus: Some(zonealloc_trace::replay::MAX_AUTO_CPUS),
+            ..ReadOptions::default()
+        };
+        let (records, stats) = match read_all(&path, read) {
             Ok(x) => x,
             Err(e) => {
                 res.notes
@@ -102,10 +108,13 @@ impl Experiment for Replay {
             "trace: events read (zonealloc-trace's parser), seconds to parse",
             format!("{}, {:.2}", records.len(), secs_since(t)),
         );
-        if stats.malformed > 0 {
+        if stats.skipped() > 0 {
             res.notes.push(format!(
-                "the parser skipped {} malformed lines",
-                stats.malformed
+                "the parser skipped {} lines ({} malformed, {} on a CPU past {})",
+                stats.skipped(),
+                stats.malformed,
+                stats.cpu_out_of_range,
+                zonealloc_trace::replay::MAX_AUTO_CPUS
             ));
         }
         let prep = prepare(&records);
@@ -241,14 +250,14 @@ fn prepare(records: &[Record]) -> Prepared {
             Action::PartialFree { .. } => p.partial_frees += 1,
             Action::Unheld { .. } => p.pretrace_frees += 1,
             Action::FreeBatched => p.free_batched += 1,
-            Action::KernelZoneLocked { percpu_refill } => {
+            Action::KernelZoneLocked { percpu_refill, .. } => {
                 if percpu_refill {
                     p.kernel_refill_blocks += 1;
                 } else {
                     p.kernel_zone_locked_other += 1;
                 }
             }
-            Action::KernelDrain => p.kernel_drain_blocks += 1,
+            Action::KernelDrain { .. } => p.kernel_drain_blocks += 1,
             Action::KernelFallback { .. } => {}
         }
     }

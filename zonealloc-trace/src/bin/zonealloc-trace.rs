@@ -26,7 +26,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Replay a perf script / trace_pipe trace (plain or .xz) and report.
+    /// Replay a perf script / trace_pipe trace (plain, .xz or .gz) and report.
     Replay(ReplayArgs),
     /// Fragmentation benchmark: order-9 success with and without mobility grouping.
     Fragbench(FragArgs),
