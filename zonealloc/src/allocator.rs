@@ -540,8 +540,17 @@ impl<B: Backend> ZoneAllocator<B> {
                 // nothing from the zone. Without this, a refill that dips below the
                 // mark would fail every later allocation into a drain of the very
                 // blocks it took (a refill/drain ping-pong near the watermark).
-                if let Some(p) = self.rmqueue_cached(z, req, flags) {
-                    return Some(p);
+                // Only when the free-page count is what failed: a high-order request
+                // that failed because the buddy lists hold no free block of its order
+                // goes on, as in Linux, to the slow path, whose drain gives the blocks
+                // parked on per-CPU lists back to merge (whole free pageblocks kept
+                // on the THP list are out of the fallback's reach, and unmovable
+                // fallbacks then steal pages inside movable pageblocks).
+                let mark = z.wmark(flags.wmark());
+                if req.order.0 == 0 || !z.watermark_fast(Order(0), mark, req.highest, flags) {
+                    if let Some(p) = self.rmqueue_cached(z, req, flags) {
+                        return Some(p);
+                    }
                 }
                 continue;
             }
