@@ -205,6 +205,12 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// Whether a timed run of `threads` threads pins one per CPU of `cpus`: only when
+/// there are that many CPUs (more threads than CPUs are left to the scheduler).
+fn pinned(threads: usize, cpus: &[usize]) -> bool {
+    threads <= cpus.len()
+}
+
 /// The default thread counts: 1, 2, 4 and the number of CPUs the process may use.
 pub fn default_threads(nr_cpus: usize) -> Vec<usize> {
     let mut t = vec![1, 2, 4];
@@ -263,7 +269,7 @@ impl Ctx {
     pub fn pinning_note(&self) -> String {
         let n = self.cpus.len();
         let (pinned, shared): (Vec<usize>, Vec<usize>) =
-            self.threads.iter().partition(|&&t| t <= n);
+            self.threads.iter().partition(|&&t| pinned(t, &self.cpus));
         let list = |v: &[usize]| {
             v.iter()
                 .map(|t| t.to_string())
@@ -377,7 +383,7 @@ impl<'c> Workers<'c> {
     /// the scheduler (a run with more threads than CPUs shares them).
     pub fn timed(threads: usize, dur: Duration, cpus: &'c [usize]) -> Workers<'c> {
         let w = Workers::for_duration(threads, dur);
-        if threads <= cpus.len() {
+        if pinned(threads, cpus) {
             w.pinned_to(cpus)
         } else {
             w

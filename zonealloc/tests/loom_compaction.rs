@@ -24,9 +24,10 @@
 
 #[path = "support/figures.rs"]
 mod figures;
+#[path = "support/loom_model.rs"]
+mod loom_model;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use loom::sync::{Arc, Mutex};
 use loom::thread;
@@ -181,37 +182,7 @@ fn model<F>(name: &str, bound: usize, f: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(bound);
-    }
-    b.max_branches = b.max_branches.max(200_000);
-    let runs = std::sync::Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    let t0 = Instant::now();
-    b.check(move || {
-        r.fetch_add(1, Ordering::Relaxed);
-        f();
-    });
-    figures::record(
-        &format!("loom-{name}"),
-        env!("CARGO_MANIFEST_DIR"),
-        &[
-            (
-                format!("loom_executions:{name}"),
-                runs.load(Ordering::Relaxed) as u64,
-            ),
-            ("violations".into(), 0),
-            ("frames_lost".into(), 0),
-        ],
-    );
-    println!(
-        "loom[{name}]: {} executions explored (preemption bound {:?}), {:.1} s, violations 0, \
-         leaked frames 0",
-        runs.load(Ordering::Relaxed),
-        b.preemption_bound,
-        t0.elapsed().as_secs_f64()
-    );
+    loom_model::run(name, bound, 200_000, f);
 }
 
 /// (1) The owner frees the page compaction is moving, at any point of the

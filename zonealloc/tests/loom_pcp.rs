@@ -24,10 +24,10 @@
 
 #[path = "support/figures.rs"]
 mod figures;
+#[path = "support/loom_model.rs"]
+mod loom_model;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
 
 use loom::sync::Arc;
 use loom::thread;
@@ -150,38 +150,8 @@ fn model<F>(name: &str, f: F)
 where
     F: Fn() + Sync + Send + 'static,
 {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(2);
-    }
     // Building the allocator and validating it are straight-line but long.
-    b.max_branches = b.max_branches.max(100_000);
-    let runs = std::sync::Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    let t0 = Instant::now();
-    b.check(move || {
-        r.fetch_add(1, Ordering::Relaxed);
-        f();
-    });
-    figures::record(
-        &format!("loom-{name}"),
-        env!("CARGO_MANIFEST_DIR"),
-        &[
-            (
-                format!("loom_executions:{name}"),
-                runs.load(Ordering::Relaxed) as u64,
-            ),
-            ("violations".into(), 0),
-            ("frames_lost".into(), 0),
-        ],
-    );
-    println!(
-        "loom[{name}]: {} executions explored (preemption bound {:?}), {:.1} s, violations 0, \
-         leaked frames 0",
-        runs.load(Ordering::Relaxed),
-        b.preemption_bound,
-        t0.elapsed().as_secs_f64()
-    );
+    loom_model::run(name, 2, 100_000, f);
 }
 
 /// (1) Both CPUs find their lists empty and refill from the zone at once, then each
@@ -736,7 +706,7 @@ unsafe impl zonealloc::Backend for Buf {
     fn zero_pages(&self, _pfn: Pfn, _nr: u64) {}
     fn pfn_of_addr(&self, addr: *const u8) -> Option<Pfn> {
         let off = (addr as usize).checked_sub(self.base)?;
-        (off < FRAMES as usize * PAGE).then(|| Pfn((off / PAGE) as u64))
+        (off < FRAMES as usize * PAGE).then_some(Pfn((off / PAGE) as u64))
     }
     fn page_size(&self) -> Option<usize> {
         Some(PAGE)
