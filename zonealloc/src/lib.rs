@@ -142,7 +142,7 @@ pub use error::{AllocError, FreeError};
 pub use fault::FaultSite;
 pub use frame::FrameState;
 pub use gfp::Gfp;
-pub use local::{LocalCache, LOCAL_CACHE_BATCH};
+pub use local::{LocalCache, LOCAL_CACHE_BATCH, LOCAL_CACHE_MAX_BATCHES};
 pub use migrate::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};

@@ -55,6 +55,16 @@ const LOCAL_ORDERS: usize = PAGE_ALLOC_COSTLY_ORDER as usize + 1;
 /// Blocks a refill takes and a flush gives back, by default.
 pub const LOCAL_CACHE_BATCH: usize = 32;
 
+/// The most batches of one order a cache holds. It starts at two and doubles
+/// each time a refill follows a flush (the flush gave back what was wanted
+/// again: the owner's working set swings further than the cache holds), up to
+/// this; a run of flushes longer than the limit in batches, with no refill
+/// between them, halves it again (see `LocalCache::free`).
+pub const LOCAL_CACHE_MAX_BATCHES: usize = 8;
+
+/// Batches of one order a new cache holds before it flushes.
+const MIN_BATCHES: u8 = 2;
+
 /// Free blocks owned by one caller: lock-free allocation and freeing of orders up
 /// to `PAGE_ALLOC_COSTLY_ORDER` (see the module documentation for what it costs and
 /// guarantees). Dropping it gives every block back.
@@ -84,6 +94,10 @@ pub struct LocalCache<'a, B: Backend> {
     plain: bool,
     batch: usize,
     stacks: [Vec<Pfn>; LOCAL_ORDERS],
+    /// Per order: batches held before a free flushes (`MIN_BATCHES` to
+    /// `LOCAL_CACHE_MAX_BATCHES`), and flushes since the last refill.
+    limit: [u8; LOCAL_ORDERS],
+    flush_run: [u8; LOCAL_ORDERS],
 }
 
 impl<B: Backend> ZoneAllocator<B> {
@@ -116,13 +130,16 @@ impl<B: Backend> ZoneAllocator<B> {
             plain: !self.debug.touches_pages() && !gfp.contains(Gfp::ZERO),
             batch: LOCAL_CACHE_BATCH,
             stacks: Default::default(),
+            limit: [MIN_BATCHES; LOCAL_ORDERS],
+            flush_run: [0; LOCAL_ORDERS],
         })
     }
 }
 
 impl<'a, B: Backend> LocalCache<'a, B> {
     /// Sets how many blocks a refill takes and a flush gives back (at least 1; the
-    /// cache holds at most twice that many of each order).
+    /// cache holds twice that many of each order before it flushes, at most
+    /// `LOCAL_CACHE_MAX_BATCHES` times as many once its limit has grown).
     pub fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch.max(1);
         self
@@ -195,7 +212,9 @@ impl<'a, B: Backend> LocalCache<'a, B> {
                     return Ok(p);
                 }
             }
-            self.refill(order);
+            if self.refill(order) {
+                self.grow_after_refill(order);
+            }
             while let Some(pfn) = self.stacks[order.idx()].pop() {
                 if let Some(p) = self.hand_out(pfn, order) {
                     return Ok(p);
@@ -209,23 +228,24 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// watermark with all of them gone: first what this CPU's list holds, then the
     /// rest straight from the buddy lists under one zone lock hold (the per-CPU
     /// list would only pass them through).
-    fn refill(&mut self, order: Order) {
+    /// Returns whether it took any.
+    fn refill(&mut self, order: Order) -> bool {
         let (za, z) = (self.za, self.zone);
         if !za.config.pcp.enabled
             || !pcp_allowed_order(order, z.pageblock_order)
             || za.debug.faults.should_fail(FaultSite::Alloc)
         {
-            return;
+            return false;
         }
         let n = (self.batch >> order.0).max(1);
         let flags = AllocFlags::fast(self.gfp, order.0);
         let highest = self.gfp.highest_zone();
         let need = z.wmark(Wmark::Low) + ((n as u64) << order.0);
         if !z.watermark_fast(order, need, highest, flags) {
-            return;
+            return false;
         }
         let Some(mut pcp) = z.pcp_trylock(self.cpu) else {
-            return;
+            return false;
         };
         let stack = &mut self.stacks[order.idx()];
         stack.reserve(2 * n);
@@ -268,11 +288,26 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             z.events.pgalloc.inc(pages);
         }
         drop(pcp);
+        !stack.is_empty()
+    }
+
+    /// A refill right after a flush: the flush gave back blocks the owner wanted
+    /// again, so the cache holds more before the next one (Linux raises a per-CPU
+    /// list's `high` for the same pattern).
+    fn grow_after_refill(&mut self, order: Order) {
+        let o = order.idx();
+        if self.flush_run[o] > 0 {
+            self.limit[o] = (self.limit[o] * 2).min(LOCAL_CACHE_MAX_BATCHES as u8);
+        }
+        self.flush_run[o] = 0;
     }
 
     /// Frees a block: into the cache when it holds blocks of this order, of this
     /// zone and of its pageblock type, else as `free_pages` does. A cache that
-    /// then holds twice its batch of the order gives the older half back.
+    /// then holds its limit of the order (twice its batch at first) gives its
+    /// oldest batch back. A run of flushes with no refill between them that is
+    /// longer than the limit in batches halves the limit (down to two batches):
+    /// the owner is giving memory back, not swinging.
     ///
     /// # Errors
     /// As `free_pages`; nothing is changed then.
@@ -287,6 +322,30 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         if !local {
             return za.free_pages_by(self.cpu, pfn, order, Holder::Raw);
         }
+        // The common case, checked inline: a plain allocated head of this order
+        // with its last reference. The compare-and-swap is the same one
+        // `update_head` makes, so a racing free still has exactly one winner.
+        let idx = z.idx(pfn);
+        let w = z.frames.word(idx);
+        if w.tag() == Tag::Alloc
+            && w.order() == order
+            && w.flags() == 0
+            && w.refcount() == 1
+            && z.frames.cas_word(idx, w, Word::cached(order)).is_ok()
+        {
+            self.keep(pfn, order);
+            return Ok(());
+        }
+        self.free_checked(pfn, order)
+    }
+
+    /// `free` of a block the inline check did not settle: a guard, a fragment
+    /// cache, compaction or other references may hold it, or it is not an
+    /// allocated head at all (the error says which).
+    #[cold]
+    #[inline(never)]
+    fn free_checked(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let (za, z) = (self.za, self.zone);
         let (_, new) = za.update_head(z, pfn, Holder::Raw, |w| {
             let actual = w.order();
             if actual != order {
@@ -304,24 +363,45 @@ impl<'a, B: Backend> LocalCache<'a, B> {
                 Ok(w.with_refcount(w.refcount() - 1))
             }
         })?;
-        if new.tag() != Tag::Cached {
-            return Ok(());
+        if new.tag() == Tag::Cached {
+            self.keep(pfn, order);
         }
+        Ok(())
+    }
+
+    /// Puts a block this cache just took `Cached` on its stack, flushing the oldest
+    /// batch when the stack reaches its limit.
+    #[inline(always)]
+    fn keep(&mut self, pfn: Pfn, order: Order) {
+        let za = self.za;
         if !self.plain {
             za.debug.free_prepare(&za.backend, pfn, order);
         }
         let stack = &mut self.stacks[order.idx()];
         stack.push(pfn);
-        if stack.len() >= 2 * (self.batch >> order.0).max(1) {
-            self.flush_order(order, (self.batch >> order.0).max(1));
+        let batch = (self.batch >> order.0).max(1);
+        if stack.len() >= self.limit[order.idx()] as usize * batch {
+            self.flush_overflow(order, batch);
         }
-        Ok(())
     }
 
     /// Whether a freed block of pageblock type `bt` may stay in this cache.
     #[inline]
     fn takes(&self, bt: Migratetype) -> bool {
         bt == self.mt || (self.zone.mobility_disabled && bt.is_mergeable())
+    }
+
+    /// `free`'s flush of the oldest batch, and the limit's tuning.
+    #[cold]
+    #[inline(never)]
+    fn flush_overflow(&mut self, order: Order, batch: usize) {
+        let o = order.idx();
+        self.flush_run[o] += 1;
+        if self.flush_run[o] > self.limit[o] {
+            self.limit[o] = (self.limit[o] / 2).max(MIN_BATCHES);
+            self.flush_run[o] = 0;
+        }
+        self.flush_order(order, batch);
     }
 
     /// Gives the `n` oldest blocks of `order` back to the buddy lists.

@@ -211,6 +211,50 @@ fn the_cache_holds_at_most_two_batches_and_flushes_the_rest() {
 }
 
 #[test]
+fn a_refill_after_a_flush_raises_the_limit_and_flushes_in_a_row_lower_it() {
+    // An owner whose working set swings between 0 and 40 blocks with a batch of
+    // 8: at the first limit (16) every swing flushes and refills again; once the
+    // limit has grown past the swing, the cache holds it without the zone.
+    let za = za(64 << 20);
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap().with_batch(8);
+    let held_at_most = |c: &LocalCache<'_, AbstractFrames>| c.cached_pages();
+    let mut peak = 0;
+    for round in 0..6 {
+        let live: Vec<Pfn> = (0..40).map(|_| c.alloc(Order(0)).unwrap()).collect();
+        for p in live {
+            c.free(p, Order(0)).unwrap();
+            peak = peak.max(held_at_most(&c));
+        }
+        if round == 0 {
+            assert!(
+                peak < 16,
+                "the first swing flushes at two batches: held {peak}"
+            );
+        }
+    }
+    assert!(peak >= 32, "the limit never grew: held at most {peak}");
+    assert!(
+        peak < (LOCAL_CACHE_MAX_BATCHES * 8) as u64,
+        "held {peak}, above the largest limit"
+    );
+    let grown = za.check_invariants().unwrap();
+    assert_eq!(grown.cached_pages, c.cached_pages());
+    // Frees with no allocation in between: two flushes in a row halve the limit,
+    // down to two batches again.
+    let many: Vec<Pfn> = (0..200)
+        .map(|_| za.alloc_pages(Gfp::KERNEL, Order(0)).unwrap())
+        .collect();
+    let mut last = 0;
+    for p in many {
+        c.free(p, Order(0)).unwrap();
+        last = c.cached_pages();
+    }
+    assert!(last < 16, "still holding {last} after a run of frees");
+    drop(c);
+    settled(&za);
+}
+
+#[test]
 fn every_page_can_still_be_had_through_a_cache() {
     // No reserve: every page of the zone, through the cache's refills and then the
     // ordinary path's drains once the watermark stops the refills.
