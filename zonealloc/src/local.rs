@@ -318,7 +318,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             && order <= za.config.max_order
             && z.contains(pfn)
             && pfn.is_aligned(order)
-            && self.takes(z.blocks.migratetype(pfn));
+            && (z.blocks.is_type(pfn, self.mt) || self.takes(z.blocks.migratetype(pfn)));
         if !local {
             return za.free_pages_by(self.cpu, pfn, order, Holder::Raw);
         }

@@ -83,6 +83,13 @@ impl PageblockTable {
         decode(self.raw(self.index(pfn)))
     }
 
+    /// Whether the block holding `pfn` is of type `mt` and not isolated: one
+    /// masked compare, for the fast paths.
+    #[inline]
+    pub fn is_type(&self, pfn: Pfn, mt: Migratetype) -> bool {
+        self.raw(self.index(pfn)) & (MT_MASK | ISOLATE) == mt as u8
+    }
+
     /// The stored type, ignoring isolation.
     #[inline]
     pub fn base_migratetype(&self, pfn: Pfn) -> Migratetype {
