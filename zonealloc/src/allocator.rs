@@ -71,7 +71,7 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     pub(crate) backend: B,
     pub(crate) debug: DebugState,
     /// Compaction: per-zone scanner state, the migrator, tunables, counters.
-    pub(crate) compact: crate::compaction::CompactState,
+    pub(crate) compact: crate::compact_state::CompactState,
 }
 
 impl ZoneAllocator<AbstractFrames> {
@@ -191,7 +191,7 @@ impl<B: Backend> ZoneAllocator<B> {
             })
             .collect();
         let debug = config.debug;
-        let compact = crate::compaction::CompactState::new(&zones);
+        let compact = crate::compact_state::CompactState::new(&zones);
         let mut za = ZoneAllocator {
             min_free_kbytes: 0,
             config,
@@ -483,15 +483,15 @@ impl<B: Backend> ZoneAllocator<B> {
         if let Some(p) = self.get_page_from_freelist(&req, slow) {
             return Ok(p);
         }
-        // Costly orders that may block compact first (see `compaction`).
-        if self.direct_compaction_allowed(gfp, order) {
+        // Costly orders that may block compact first (`DirectCompact`).
+        if self.compacts_directly(gfp, order) {
             let zones = self.zonelist(nid).filter(|z| {
                 z.zone_type() <= highest
                     && (!gfp.contains(Gfp::THISNODE) || z.id.node == nid)
                     && (!gfp.contains(Gfp::THISZONE) || z.index == first)
             });
             let retry = || self.get_page_from_freelist(&req, slow);
-            if let Some(p) = self.direct_compact(zones, highest, order, retry) {
+            if let Some(p) = self.compact_for(zones, highest, order, retry) {
                 return Ok(p);
             }
         }
@@ -1093,6 +1093,26 @@ pub(crate) enum Holder {
     Guard,
     /// The page_frag paths, for blocks a cache carves (`FLAG_FRAG`) and fragments.
     Frag,
+}
+
+/// The allocation slow path's one call upward: direct compaction
+/// (`__alloc_pages_direct_compact`). `compaction`, a layer above this one,
+/// implements it for `ZoneAllocator`; the allocator names nothing of that layer
+/// and keeps only its state (`compact_state`, below).
+pub(crate) trait DirectCompact {
+    /// Whether a request of `order` with `gfp` compacts before it fails: a costly
+    /// order and a GFP that may block.
+    fn compacts_directly(&self, gfp: Gfp, order: Order) -> bool;
+
+    /// Compacts `zones` (the request's zonelist, filtered) in turn, each followed
+    /// by the allocation attempt `retry`; the block `retry` got, if any.
+    fn compact_for<'a>(
+        &'a self,
+        zones: impl Iterator<Item = &'a Zone>,
+        highest: ZoneType,
+        order: Order,
+        retry: impl FnMut() -> Option<Pfn>,
+    ) -> Option<Pfn>;
 }
 
 /// Where a block whose last reference was dropped goes.

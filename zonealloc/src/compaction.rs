@@ -1,7 +1,9 @@
 //! Compaction: moving movable blocks out of the way so that free memory merges into
 //! high-order blocks while memory is in use (Linux's `mm/compaction.c`).
 //!
-//! Layer on top of the allocator and `migrate`. Takes the zone lock for short holds
+//! Layer on top of the allocator and `migrate`; the allocator's slow path calls in
+//! through `DirectCompact`, and the state kept between runs lives below in
+//! `compact_state`. Takes the zone lock for short holds
 //! (taking free blocks, giving them back), the per-CPU locks to drain a zone, and a
 //! per-zone compaction lock (`TryLock`) for a whole run, so that one thread at a
 //! time compacts a zone; no allocator lock is held while the owner's callback runs.
@@ -61,28 +63,26 @@
 //! is above the watermark that `compaction_proactiveness` sets, for a program to call
 //! from a background thread, as kcompactd does.
 
-use alloc::boxed::Box;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::allocator::ZoneAllocator;
+use crate::allocator::{DirectCompact, ZoneAllocator};
 use crate::backend::Backend;
 use crate::buddy::FreeDelta;
-use crate::counter::Counter;
 use crate::fragindex::{contig_page_info, fragmentation_index};
 use crate::frame::{Tag, Word};
-use crate::migrate::{is_movable_candidate, Migrate, Step};
+use crate::migrate::{is_movable_candidate, Step};
+use crate::migrator::Migrate;
 use crate::pcp::PAGE_ALLOC_COSTLY_ORDER;
-use crate::sync::{AtomicU32, Lock, Ordering, TryLock};
+use crate::sync::Ordering;
 use crate::types::{Migratetype, Order, Pfn, Wmark, ZoneId, ZoneType, MIGRATE_PCPTYPES};
 use crate::zone::Zone;
 
-/// Default `extfrag_threshold` (Linux's `sysctl_extfrag_threshold`).
-pub const EXTFRAG_THRESHOLD_DEFAULT: u32 = 500;
-/// Largest `extfrag_threshold` (the fragmentation index's range).
-pub const EXTFRAG_THRESHOLD_MAX: u32 = 1000;
-/// Default `compaction_proactiveness` (Linux's `sysctl_compaction_proactiveness`).
-pub const COMPACTION_PROACTIVENESS_DEFAULT: u32 = 20;
+use crate::compact_state::{last_block, ZoneCompact};
+pub use crate::compact_state::{
+    COMPACTION_PROACTIVENESS_DEFAULT, EXTFRAG_THRESHOLD_DEFAULT, EXTFRAG_THRESHOLD_MAX,
+};
+
 /// Most failures a zone's deferral counts (`COMPACT_MAX_DEFER_SHIFT`).
 const COMPACT_MAX_DEFER_SHIFT: u32 = 6;
 
@@ -180,77 +180,22 @@ pub struct CompactStats {
     pub pgmigrate_fail: u64,
 }
 
-/// Per-zone compaction state, behind the zone's compaction lock.
-struct ZoneCompact {
-    /// `compact_cached_migrate_pfn`: where the migration scanner resumes.
-    migrate_pfn: u64,
-    /// `compact_cached_free_pfn`: the pageblock the free scanner resumes at.
-    free_pfn: u64,
-    /// One skip hint per pageblock (`PB_migrate_skip`).
-    skip: Box<[bool]>,
-    /// The last run completed: clear the hints before the next.
-    blockskip_flush: bool,
-    /// `compact_considered`, `compact_defer_shift`, `compact_order_failed`.
-    considered: u32,
-    defer_shift: u32,
-    order_failed: u8,
-}
-
-/// Counters any thread bumps (relaxed `inc`: statistics, ordered with nothing).
-#[derive(Default)]
-struct Counters {
-    migrate_scanned: Counter,
-    free_scanned: Counter,
-    isolated: Counter,
-    stall: Counter,
-    fail: Counter,
-    success: Counter,
-    migrated: Counter,
-    refused: Counter,
-}
-
-/// The allocator's compaction state: one entry per zone, the registered migrator,
-/// the tunables and the counters.
-pub(crate) struct CompactState {
-    zones: Box<[TryLock<ZoneCompact>]>,
-    migrator: Lock<Option<Arc<dyn Migrate>>>,
-    /// `extfrag_threshold` (relaxed: a tunable read once per decision).
-    extfrag_threshold: AtomicU32,
-    /// `compaction_proactiveness` (relaxed, as above).
-    proactiveness: AtomicU32,
-    counters: Counters,
-}
-
-impl CompactState {
-    /// State for `zones`, scanners at the zone edges, nothing deferred.
-    pub(crate) fn new(zones: &[Zone]) -> CompactState {
-        CompactState {
-            zones: zones
-                .iter()
-                .map(|z| {
-                    TryLock::new(ZoneCompact {
-                        migrate_pfn: z.start_pfn,
-                        free_pfn: last_block(z),
-                        skip: (0..z.blocks.len()).map(|_| false).collect(),
-                        blockskip_flush: false,
-                        considered: 0,
-                        defer_shift: 0,
-                        order_failed: u8::MAX,
-                    })
-                })
-                .collect(),
-            migrator: Lock::new(None),
-            extfrag_threshold: AtomicU32::new(EXTFRAG_THRESHOLD_DEFAULT),
-            proactiveness: AtomicU32::new(COMPACTION_PROACTIVENESS_DEFAULT),
-            counters: Counters::default(),
-        }
+/// The allocation slow path's call into this layer (see `DirectCompact`).
+impl<B: Backend> DirectCompact for ZoneAllocator<B> {
+    #[inline]
+    fn compacts_directly(&self, gfp: crate::gfp::Gfp, order: Order) -> bool {
+        self.direct_compaction_allowed(gfp, order)
     }
-}
 
-/// First frame of the zone's last pageblock (where the free scanner starts).
-fn last_block(z: &Zone) -> u64 {
-    let pb_nr = z.pageblock_order.nr_pages();
-    (z.end_pfn().saturating_sub(1) & !(pb_nr - 1)).max(z.start_pfn & !(pb_nr - 1))
+    fn compact_for<'a>(
+        &'a self,
+        zones: impl Iterator<Item = &'a Zone>,
+        highest: ZoneType,
+        order: Order,
+        retry: impl FnMut() -> Option<Pfn>,
+    ) -> Option<Pfn> {
+        self.direct_compact(zones, highest, order, retry)
+    }
 }
 
 /// How hard a run tries (`enum compact_priority`, and the explicit runs).
@@ -489,7 +434,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Whether the allocation slow path compacts for this request: a costly order
     /// and a GFP that may block.
     #[inline]
-    pub(crate) fn direct_compaction_allowed(&self, gfp: crate::gfp::Gfp, order: Order) -> bool {
+    fn direct_compaction_allowed(&self, gfp: crate::gfp::Gfp, order: Order) -> bool {
         order.0 > PAGE_ALLOC_COSTLY_ORDER && gfp.contains(crate::gfp::Gfp::DIRECT_RECLAIM)
     }
 
@@ -498,7 +443,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// followed by an allocation attempt `retry`. Counts a stall if any zone was
     /// compacted, then a success or a failure.
     #[cold]
-    pub(crate) fn direct_compact<'a>(
+    fn direct_compact<'a>(
         &'a self,
         zones: impl Iterator<Item = &'a Zone>,
         highest: ZoneType,

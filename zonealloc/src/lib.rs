@@ -45,7 +45,7 @@
 //! | the fast path, owner-local | `local_cache`, `local_cache_on`, `LocalCache::alloc`, `free`, `flush` | `local` |
 //! | free and references | `free_pages`, `free_pages_on`, `put_page`, `get_page`, `page_count`, `split_page`, `block_of` | `allocator` |
 //! | contiguous and bulk | `free_contig_range`, `free_pages_bulk`, `alloc_pages_bulk`, `alloc_contig_range`, `alloc_contig_pages` | `contig` |
-//! | compaction | `set_migrator` (a `Migrate` owner), `compact_zone`, `compact_node`, `proactive_compact_node`, `fragmentation_score`, `set_extfrag_threshold`, `set_compaction_proactiveness`, `compaction_stats` | `compaction`, `migrate` |
+//! | compaction | `set_migrator` (a `Migrate` owner), `compact_zone`, `compact_node`, `proactive_compact_node`, `fragmentation_score`, `set_extfrag_threshold`, `set_compaction_proactiveness`, `compaction_stats` | `compaction`, `migrate`, `migrator` |
 //! | fragments | `PageFragCache::alloc`, `drain`, `ZoneAllocator::page_frag_free` | `page_frag` |
 //! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | `vmalloc` |
 //! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | `allocator` |
@@ -54,11 +54,13 @@
 //!
 //! # Layers, one module each, following the allocation path
 //!
-//! Lowest first. A module imports only from the rows above it, with two exceptions
+//! Lowest first. A module imports only from the rows above it, with one mutual pair
 //! kept from Linux: a zone owns its per-CPU slots (`struct zone` has
-//! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on zones;
-//! and the allocation slow path compacts directly (`__alloc_pages_direct_compact`),
-//! so `allocator` holds the compaction state and makes one call into `compaction`.
+//! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on zones.
+//! The allocation slow path compacts directly (`__alloc_pages_direct_compact`)
+//! through a trait: `allocator` declares `DirectCompact` and `compaction`
+//! implements it, so `allocator` names nothing of that layer and keeps only the
+//! compaction state, which lives below it in `compact_state`.
 //! `buddy` and `isolate` add zone-lock-held methods to `zone`'s `ZoneLocked` guard,
 //! and `owned`, `local`, `contig`, `migrate`, `compaction`, `page_frag`, `stats` and
 //! `check` add methods to `ZoneAllocator`: each extends the layer below it, never the
@@ -66,14 +68,14 @@
 //!
 //! | module | layer |
 //! |---|---|
-//! | `types`, `sync`, `error`, `gfp`, `counter`, `fault`, `config`, `fragindex` | vocabulary, locks and atomics (loom-swappable), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables, the fragmentation indices' arithmetic |
+//! | `types`, `sync`, `error`, `gfp`, `counter`, `fault`, `config`, `fragindex`, `migrator` | vocabulary, locks and atomics (loom-swappable), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables, the fragmentation indices' arithmetic, the `Migrate` trait an owner of movable memory implements |
 //! | `frame` | per-frame metadata (16 bytes), the frame state machine, intrusive lists |
 //! | `pageblock` | pageblock migratetypes and isolation bits |
 //! | `backend`, `arena`, `os` | what stands behind the frames; the current CPU |
 //! | `zone` | a zone: its lock, free lists, counters, watermark checks (and its per-CPU slots) |
 //! | `buddy`, `isolate` | split, merge, fallback, highatomic reserves, pageblock isolation (zone lock held) |
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
-//! | `debug` | poisoning, init-on-alloc/free, bad-page reports |
+//! | `debug`, `compact_state` | poisoning, init-on-alloc/free, bad-page reports; what compaction keeps between runs (scanner positions, skip hints, deferral, the migrator, tunables, counters) |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
 //! | `owned`, `local`, `contig`, `page_frag` | guards, owner-local caches, contiguous and bulk paths, fragments |
 //! | `migrate`, `compaction` | moving a movable block through its owner; the two scanners, suitability, deferral, direct and proactive compaction |
@@ -97,6 +99,7 @@ mod arena;
 mod backend;
 mod buddy;
 mod check;
+mod compact_state;
 mod compaction;
 mod config;
 mod contig;
@@ -110,6 +113,7 @@ mod gfp;
 mod isolate;
 mod local;
 mod migrate;
+mod migrator;
 #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
 mod os;
 mod owned;
@@ -143,7 +147,7 @@ pub use fault::FaultSite;
 pub use frame::FrameState;
 pub use gfp::Gfp;
 pub use local::{LocalCache, LOCAL_CACHE_BATCH, LOCAL_CACHE_MAX_BATCHES};
-pub use migrate::{Migrate, MigrateOutcome, Migration};
+pub use migrator::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
 pub use pcp::PAGE_ALLOC_COSTLY_ORDER;
