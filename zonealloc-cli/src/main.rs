@@ -275,13 +275,8 @@ fn stats() {
         Gfp::HIGHUSER_MOVABLE,
         Gfp::KERNEL | Gfp::RECLAIMABLE,
     ];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = crate::experiments::seed_util::Rng::new(42);
+    let mut next = move || rng.next();
     // Fill 60 % of the zone with blocks of orders 0..=4 (mostly small) of the three
     // ordinary migratetypes, then free every block with probability 1/3.
     let mut live: Vec<(Pfn, Order)> = Vec::new();
