@@ -29,6 +29,13 @@
 //!                                               lock, buddies prefetched before it)
 //! ```
 //!
+//! A free flushes when the cache holds its limit of the order: two batches at
+//! first, doubled (up to `LOCAL_CACHE_MAX_BATCHES`) each time a refill follows a
+//! flush, halved after a run of flushes with no refill between them. An owner whose
+//! working set swings wider than two batches would otherwise flush and refill
+//! through the zone lock on every swing, and on many CPUs that one lock is what
+//! stops the caches from scaling.
+//!
 //! The cache serves orders up to `PAGE_ALLOC_COSTLY_ORDER` from one zone, the first
 //! its `Gfp` may use, and only blocks whose pageblock type is the one its requests
 //! draw from (so it never mixes mobility types); anything else goes through the
