@@ -48,7 +48,8 @@
 //! # When to compact
 //!
 //! `compaction_suitable()`: the zone must have enough free memory for compaction to
-//! make a block of the order (the low watermark plus twice the block), and, above
+//! make a block of the order (more than the low watermark plus twice the block,
+//! free pages of highatomic pageblocks not counted), and, above
 //! `PAGE_ALLOC_COSTLY_ORDER`, the failure must be one of fragmentation rather than
 //! of memory: the zone's fragmentation index (`fragmentation_index`, 0..1000) must be
 //! above `extfrag_threshold` (500 by default, `/proc/sys/vm/extfrag_threshold`). A
@@ -493,10 +494,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `compaction_suitable()`: enough free memory to compact into (low watermark
     /// plus twice the block), and above `PAGE_ALLOC_COSTLY_ORDER` a fragmentation
     /// index above `extfrag_threshold` (or -1000: a suitable block exists already).
+    ///
+    /// Free pages of highatomic pageblocks are not counted: Linux's check is an
+    /// order-0 watermark test with `ALLOC_CMA` and no reserve flag, which leaves
+    /// them out, and no migration target is taken from them
+    /// (`suitable_migration_target`).
     pub(crate) fn compaction_suitable(&self, z: &Zone, order: Order, highest: ZoneType) -> bool {
         let gap = 2 * order.nr_pages();
         let reserve = z.lowmem_reserve[highest.idx()].load(Ordering::Relaxed);
-        if z.nr_free_pages() <= z.wmark(Wmark::Low) + gap + reserve {
+        let free = z
+            .nr_free_pages()
+            .saturating_sub(z.counters.nr_free_highatomic.get());
+        if free <= z.wmark(Wmark::Low) + gap + reserve {
             return false;
         }
         if order.0 > PAGE_ALLOC_COSTLY_ORDER {

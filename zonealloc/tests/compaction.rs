@@ -468,3 +468,71 @@ fn the_last_priority_uses_the_holes_of_pinned_pageblocks_below_the_meeting_point
     }
     settled(&za);
 }
+
+/// Free pages of a highatomic pageblock do not make a zone suitable for compaction:
+/// Linux's `compaction_suitable` is an order-0 watermark test without the reserve
+/// flags, which leaves them out, and compaction takes no target there. The zone
+/// below has fewer ordinary free pages than the low watermark plus twice the block,
+/// and more than that with the free highatomic pageblock counted: the order-9
+/// request must not compact.
+#[test]
+fn free_highatomic_pages_do_not_make_a_zone_suitable_for_compaction() {
+    // 256 MiB: a zone reserves highatomic pageblocks only up to 1 % of its pages.
+    let za = ZoneAllocator::new(Config {
+        nr_cpus: 1,
+        min_free_kbytes: Some(0),
+        pcp: PcpConfig {
+            enabled: false,
+            ..PcpConfig::default()
+        },
+        ..Config::single_zone(ZoneType::Normal, Pfn(0), 65536)
+    })
+    .unwrap();
+    // A high-order atomic allocation reserves its pageblock as HighAtomic.
+    let a = za.alloc_pages(Gfp::ATOMIC, Order(1)).unwrap();
+    za.free_pages(a, Order(1)).unwrap();
+    let highatomic = za.free_counts()[0].nr_free_highatomic;
+    assert_eq!(highatomic, 512, "one free highatomic pageblock");
+    let owner = Arc::new(Owner::default());
+    let mut live = owner.live.lock().unwrap();
+    while let Ok(p) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NORETRY, Order(0)) {
+        live.insert(p.0, 0);
+    }
+    // Ordinary free pages: single-page holes, one page in four, up to 64 short of
+    // the limit.
+    let low = za
+        .zoneinfo()
+        .zones
+        .iter()
+        .find(|z| z.present > 0)
+        .unwrap()
+        .watermarks[1];
+    let limit = low + 2 * Order(9).nr_pages();
+    let mut holes: Vec<u64> = live.keys().copied().filter(|p| p % 4 == 0).collect();
+    holes.sort_unstable();
+    for p in holes {
+        if za.free_counts()[0].nr_free_pages - highatomic >= limit - 64 {
+            break;
+        }
+        live.remove(&p);
+        za.free_pages(Pfn(p), Order(0)).unwrap();
+    }
+    let free = za.free_counts()[0].nr_free_pages;
+    assert!(
+        free - highatomic <= limit && free > limit,
+        "{free} free, limit {limit}"
+    );
+    drop(live);
+    za.set_migrator(Some(owner.clone()));
+    let stalls = za.compaction_stats().compact_stall;
+    let r = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NORETRY, Order(9));
+    za.set_migrator(None);
+    assert_eq!(
+        za.compaction_stats().compact_stall,
+        stalls,
+        "compacted a zone whose free memory above the limit is highatomic"
+    );
+    assert!(r.is_err());
+    za.check_invariants().unwrap();
+    free_all(&za, &owner);
+}
