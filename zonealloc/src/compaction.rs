@@ -183,19 +183,62 @@ pub struct CompactStats {
 
 /// The allocation slow path's call into this layer (see `DirectCompact`).
 impl<B: Backend> DirectCompact for ZoneAllocator<B> {
+    /// Whether the allocation slow path compacts for this request: a costly order
+    /// and a GFP that may block.
     #[inline]
     fn compacts_directly(&self, gfp: crate::gfp::Gfp, order: Order) -> bool {
-        self.direct_compaction_allowed(gfp, order)
+        order.0 > PAGE_ALLOC_COSTLY_ORDER && gfp.contains(crate::gfp::Gfp::DIRECT_RECLAIM)
     }
 
+    /// `__alloc_pages_direct_compact()`: compacts the zones in `zones` (the
+    /// request's zonelist, filtered) that are neither deferred nor unsuitable, each
+    /// followed by an allocation attempt `retry`. Counts a stall if any zone was
+    /// compacted, then a success or a failure.
     fn compact_for<'a>(
         &'a self,
         zones: impl Iterator<Item = &'a Zone>,
         highest: ZoneType,
         order: Order,
-        retry: impl FnMut() -> Option<Pfn>,
+        mut retry: impl FnMut() -> Option<Pfn>,
     ) -> Option<Pfn> {
-        self.direct_compact(zones, highest, order, retry)
+        let m = self.migrator()?;
+        let c = &self.compact.counters;
+        let mut stalled = false;
+        for z in zones {
+            let Some(mut st) = self.compact.zones[z.index].try_lock() else {
+                continue;
+            };
+            if compaction_deferred(&mut st, order) || !self.compaction_suitable(z, order, highest) {
+                continue;
+            }
+            if !stalled {
+                stalled = true;
+                c.stall.inc(1);
+            }
+            // First from where the last run stopped, passing over hinted blocks;
+            // if the scanners meet without a block, once more over the whole zone
+            // at the highest priority (Linux's escalation).
+            for prio in [Prio::Async, Prio::SyncFull] {
+                let full = prio == Prio::SyncFull;
+                let r = self.compact_zone_locked(z, &mut st, Some(order), None, prio, &*m);
+                let got = retry();
+                if got.is_some() {
+                    compaction_defer_reset(&mut st, order, true);
+                    c.success.inc(1);
+                    return got;
+                }
+                if r.result != Some(CompactResult::Complete) {
+                    break;
+                }
+                if full {
+                    defer_compaction(&mut st, order);
+                }
+            }
+        }
+        if stalled {
+            c.fail.inc(1);
+        }
+        None
     }
 }
 
@@ -431,65 +474,6 @@ impl<B: Backend> ZoneAllocator<B> {
     // -------------------------------------------------------------------------
     // Direct compaction
     // -------------------------------------------------------------------------
-
-    /// Whether the allocation slow path compacts for this request: a costly order
-    /// and a GFP that may block.
-    #[inline]
-    fn direct_compaction_allowed(&self, gfp: crate::gfp::Gfp, order: Order) -> bool {
-        order.0 > PAGE_ALLOC_COSTLY_ORDER && gfp.contains(crate::gfp::Gfp::DIRECT_RECLAIM)
-    }
-
-    /// `__alloc_pages_direct_compact()`: compacts the zones in `zones` (the
-    /// request's zonelist, filtered) that are neither deferred nor unsuitable, each
-    /// followed by an allocation attempt `retry`. Counts a stall if any zone was
-    /// compacted, then a success or a failure.
-    #[cold]
-    fn direct_compact<'a>(
-        &'a self,
-        zones: impl Iterator<Item = &'a Zone>,
-        highest: ZoneType,
-        order: Order,
-        mut retry: impl FnMut() -> Option<Pfn>,
-    ) -> Option<Pfn> {
-        let m = self.migrator()?;
-        let c = &self.compact.counters;
-        let mut stalled = false;
-        for z in zones {
-            let Some(mut st) = self.compact.zones[z.index].try_lock() else {
-                continue;
-            };
-            if compaction_deferred(&mut st, order) || !self.compaction_suitable(z, order, highest) {
-                continue;
-            }
-            if !stalled {
-                stalled = true;
-                c.stall.inc(1);
-            }
-            // First from where the last run stopped, passing over hinted blocks;
-            // if the scanners meet without a block, once more over the whole zone
-            // at the highest priority (Linux's escalation).
-            for prio in [Prio::Async, Prio::SyncFull] {
-                let full = prio == Prio::SyncFull;
-                let r = self.compact_zone_locked(z, &mut st, Some(order), None, prio, &*m);
-                let got = retry();
-                if got.is_some() {
-                    compaction_defer_reset(&mut st, order, true);
-                    c.success.inc(1);
-                    return got;
-                }
-                if r.result != Some(CompactResult::Complete) {
-                    break;
-                }
-                if full {
-                    defer_compaction(&mut st, order);
-                }
-            }
-        }
-        if stalled {
-            c.fail.inc(1);
-        }
-        None
-    }
 
     /// `compaction_suitable()`: enough free memory to compact into (low watermark
     /// plus twice the block), and above `PAGE_ALLOC_COSTLY_ORDER` a fragmentation
