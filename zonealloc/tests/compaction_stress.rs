@@ -89,32 +89,39 @@ impl Shared {
     }
 
     fn claim(&self, pfn: Pfn, order: Order, id: u64) {
-        for p in pfn.0..pfn.0 + order.nr_pages() {
-            self.checks.fetch_add(1, Ordering::Relaxed);
-            if let Err(cur) = self.ledger[p as usize].compare_exchange(
-                0,
-                id + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                self.violation(format!(
-                    "frame {p} of block {id} at {pfn} order {order} already owned by {}",
-                    cur - 1
-                ));
-            }
-        }
+        self.transfer(pfn, order, 0, id + 1, |p, cur| {
+            format!(
+                "frame {p} of block {id} at {pfn} order {order} already owned by {}",
+                cur - 1
+            )
+        });
     }
 
     fn release(&self, pfn: Pfn, order: Order, id: u64) {
+        self.transfer(pfn, order, id + 1, 0, |p, cur| {
+            format!("frame {p} of block {id}: ledger says {cur}")
+        });
+    }
+
+    /// Moves every frame of the block from ledger value `from` to `to`, reporting
+    /// each frame that held something else.
+    fn transfer(
+        &self,
+        pfn: Pfn,
+        order: Order,
+        from: u64,
+        to: u64,
+        what: impl Fn(u64, u64) -> String,
+    ) {
         for p in pfn.0..pfn.0 + order.nr_pages() {
             self.checks.fetch_add(1, Ordering::Relaxed);
             if let Err(cur) = self.ledger[p as usize].compare_exchange(
-                id + 1,
-                0,
+                from,
+                to,
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                self.violation(format!("frame {p} of block {id}: ledger says {cur}"));
+                self.violation(what(p, cur));
             }
         }
     }

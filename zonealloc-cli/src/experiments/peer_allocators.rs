@@ -311,8 +311,9 @@ impl<B: Backend + Sync> SharedPeer for ZoneAllocator<B> {
 }
 
 /// zonealloc through a `LocalCache` of `Gfp::KERNEL` blocks that the thread owns:
-/// blocks taken from and given back to the per-CPU lists in batches, no lock on
-/// the common path (the double-free check stays: one compare-and-swap a free).
+/// refilled in batches from the CPU's per-CPU list or the buddy lists, flushed in
+/// batches to the buddy lists, no lock on the common path (the double-free check
+/// stays: one compare-and-swap a free).
 pub struct ZaLocal<'a, B: Backend>(pub LocalCache<'a, B>);
 
 impl<B: Backend> Peer for ZaLocal<'_, B> {
