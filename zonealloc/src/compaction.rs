@@ -42,8 +42,15 @@
 //! scanners meet, the migration scanner goes on to the zone's end, taking targets
 //! upward from the zone's start, strictly below the pageblock it empties. The blocks
 //! there are those it passed: holes in pageblocks pinned by unmovable pages, which
-//! the meeting scanners leave unused. Explicit and proactive runs cover the whole
-//! zone with the hints ignored, targets in movable pageblocks only.
+//! the meeting scanners leave unused. Targets the free scanner took above the
+//! meeting point are given back as the migration scanner reaches their pageblock,
+//! so that nothing moves into a pageblock being emptied or is moved twice. And when
+//! a block finds no target of its order, that run puts the rest of the pageblock
+//! back and goes on with the next one, where other runs end. Linux would split a
+//! large folio into pages there (`migrate_pages()` on `-ENOMEM`); an owner's block
+//! is one object that zonealloc cannot split, and a pageblock further on may hold
+//! only blocks that fit. Explicit and proactive runs cover the whole zone with the
+//! hints ignored, targets in movable pageblocks only.
 //!
 //! # When to compact
 //!
@@ -253,7 +260,8 @@ enum Prio {
     Whole,
     /// Direct compaction's last try (`MIN_COMPACT_PRIORITY`): as `Whole`, with
     /// targets in any ordinary pageblock (`ignore_block_suitable`), going on past
-    /// the scanners' meeting point (see the module documentation).
+    /// the scanners' meeting point and past a pageblock it cannot empty (see the
+    /// module documentation).
     SyncFull,
 }
 
@@ -274,7 +282,8 @@ struct Control<'m> {
     /// The free scanner has met the migration scanner (or the zone's start).
     free_done: bool,
     /// After the scanners meet, go on: targets from the zone's start upward,
-    /// strictly below the block being emptied (`Prio::SyncFull`).
+    /// strictly below the block being emptied; and go on past a pageblock one of
+    /// whose blocks finds no target (`Prio::SyncFull`).
     wrap: bool,
     /// Wrapped: the next pageblock to take targets from, going up.
     low_free: Option<u64>,
@@ -571,6 +580,11 @@ impl<B: Backend> ZoneAllocator<B> {
             if st.skip[bi] && !cc.ignore_skip {
                 continue;
             }
+            if cc.low_free.is_some() {
+                // Wrapped: targets in this pageblock or above would keep it
+                // occupied or be moved again later; give them back.
+                release_targets(z, &mut cc.targets, |p| p.0 >= blk);
+            }
             let sources = self.isolate_migratepages_block(z, blk, &mut cc);
             if sources.is_empty() {
                 st.skip[bi] = true;
@@ -581,12 +595,7 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         };
         // Unused targets go back to the buddy lists.
-        if !cc.targets.is_empty() {
-            let mut zl = z.lock();
-            for &(p, o) in &cc.targets {
-                zl.free_block_locked(p, o, false);
-            }
-        }
+        release_targets(z, &mut cc.targets, |_| true);
         if result == CompactResult::Complete || cc.low_free.is_some() {
             // A completed or wrapped run leaves nothing to resume.
             st.migrate_pfn = first;
@@ -694,8 +703,9 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// Moves each isolated source into a target of its order, taking more targets
-    /// with the free scanner as needed. `false` if the free scanner met the
-    /// migration scanner first (the rest were put back).
+    /// with the free scanner as needed. When a source finds no target, the rest are
+    /// put back; then `false` (the run ends) unless the run may wrap, which goes on
+    /// with the next pageblock.
     fn migrate_sources(
         &self,
         z: &Zone,
@@ -716,7 +726,11 @@ impl<B: Backend> ZoneAllocator<B> {
                 for &(p, _) in &sources[i..] {
                     self.putback_movable(z, p);
                 }
-                return false;
+                // A run that may wrap has no targets left below this pageblock,
+                // which therefore cannot be emptied; the next one may still be
+                // (its own sources may be smaller, and the pageblock passed now
+                // becomes a place for targets). Other runs end: their scanners met.
+                return cc.wrap;
             };
             let nr = order.nr_pages();
             match self.migrate_isolated(z, src, dst, order, cc.migrator) {
@@ -873,6 +887,20 @@ fn take_target(z: &Zone, targets: &mut Vec<(Pfn, Order)>, order: Order) -> Optio
     }
     z.frames.set_word(z.idx(p), Word::frozen(order));
     Some(p)
+}
+
+/// Gives the private targets that `which` selects back to the buddy lists.
+fn release_targets(z: &Zone, targets: &mut Vec<(Pfn, Order)>, which: impl Fn(Pfn) -> bool) {
+    if !targets.iter().any(|&(p, _)| which(p)) {
+        return;
+    }
+    let mut zl = z.lock();
+    targets.retain(|&(p, o)| {
+        if which(p) {
+            zl.free_block_locked(p, o, false);
+        }
+        !which(p)
+    });
 }
 
 /// Free blocks per order of the zone, all ordinary types together.

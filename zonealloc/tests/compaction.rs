@@ -536,3 +536,118 @@ fn free_highatomic_pages_do_not_make_a_zone_suitable_for_compaction() {
     za.check_invariants().unwrap();
     free_all(&za, &owner);
 }
+
+/// Blocks 0-3 hold one unmovable page in four (their holes are of order 0 and 1);
+/// block 4 holds a single movable block of order 2; blocks 5-7 hold movable pages
+/// at every other frame. No free block of order 2 exists outside block 4, so block
+/// 4 cannot be emptied. The last priority puts it back and goes on with block 5,
+/// whose order-0 pages fit in the holes below it: the request succeeds.
+#[test]
+fn the_last_priority_passes_a_pageblock_whose_block_has_no_target() {
+    let za = ZoneAllocator::new(Config {
+        pcp: PcpConfig {
+            enabled: false,
+            ..PcpConfig::default()
+        },
+        ..config()
+    })
+    .unwrap();
+    let mut unmovable = Vec::new();
+    while let Ok(p) = za.alloc_pages(Gfp::KERNEL | Gfp::NORETRY, Order(0)) {
+        unmovable.push(p);
+    }
+    assert_eq!(unmovable.len() as u64, FRAMES);
+    let half = FRAMES / 2;
+    unmovable.retain(|&p| {
+        let keep = p.0 < half && p.0 % 4 == 0;
+        if !keep {
+            za.free_pages(p, Order(0)).unwrap();
+        }
+        keep
+    });
+    let owner = Arc::new(Owner::default());
+    let mut pages = Vec::new();
+    for _ in 0..half {
+        let p = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
+        assert!(p.0 >= half, "movable page {p} among the pinned pageblocks");
+        pages.push(p.0);
+    }
+    // Block 4: four aligned frames become one order-2 block, the rest is freed.
+    let pb4 = half;
+    for &p in &pages {
+        if (pb4..pb4 + 4).contains(&p) {
+            za.free_pages(Pfn(p), Order(0)).unwrap();
+        }
+    }
+    let big = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(2)).unwrap();
+    assert_eq!(
+        big,
+        Pfn(pb4),
+        "the order-2 block goes where four frames were freed"
+    );
+    {
+        let mut live = owner.live.lock().unwrap();
+        live.insert(big.0, 0);
+        for &p in &pages {
+            if (pb4 + 4..pb4 + 512).contains(&p) || (p >= pb4 + 512 && p % 2 == 1) {
+                za.free_pages(Pfn(p), Order(0)).unwrap();
+            } else if p >= pb4 + 512 {
+                live.insert(p, 0);
+            }
+        }
+        assert_eq!(live.len() as u64, 1 + 3 * 256);
+    }
+    assert_eq!(za.buddyinfo().zones[0].1[9], 0);
+    za.set_migrator(Some(owner.clone()));
+    let huge = za
+        .alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(9))
+        .expect("compaction past a pageblock it cannot empty");
+    za.set_migrator(None);
+    // Only block 5's pages moved: the targets taken in blocks 5-7 before the
+    // scanners met are given back when the run reaches them, so nothing moves
+    // into a block that is being emptied, or moves twice.
+    assert_eq!(za.compaction_stats().pgmigrate_success, 256);
+    za.check_invariants().unwrap();
+    assert_eq!(
+        za.frame_state(big),
+        Some(FrameState::Allocated {
+            order: Order(2),
+            refcount: 1
+        }),
+        "the order-2 block stayed where it was"
+    );
+    let live = owner.live.lock().unwrap();
+    assert_eq!(live.len() as u64, 1 + 3 * 256);
+    assert!(
+        live.keys().any(|&p| p < half),
+        "no page moved into the holes below"
+    );
+    for (&p, _) in live.iter() {
+        assert!(
+            p + 4 <= huge.0 || p >= huge.0 + 512,
+            "page {p} inside the block"
+        );
+        if p != big.0 {
+            assert_eq!(
+                za.frame_state(Pfn(p)),
+                Some(FrameState::Allocated {
+                    order: Order(0),
+                    refcount: 1
+                })
+            );
+        }
+    }
+    drop(live);
+    za.free_pages(huge, Order(9)).unwrap();
+    {
+        let live = owner.live.lock().unwrap();
+        for (&p, _) in live.iter() {
+            let order = if p == big.0 { Order(2) } else { Order(0) };
+            za.free_pages(Pfn(p), order).unwrap();
+        }
+    }
+    for p in unmovable {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    settled(&za);
+}
