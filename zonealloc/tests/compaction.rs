@@ -397,14 +397,10 @@ fn proactive_compaction_lowers_the_fragmentation_score() {
     settled(&za);
 }
 
-/// Blocks 0-3 hold one unmovable page in four (Unmovable pageblocks, 384 free
-/// frames each); blocks 4-7 hold movable pages, seven in eight. Emptying block 4
-/// takes 448 targets, and the 192 free frames of blocks 5-7 above it are too few:
-/// the scanners meet. The last priority goes on with the holes of the pinned blocks
-/// below, and the request succeeds.
-#[test]
-fn the_last_priority_uses_the_holes_of_pinned_pageblocks_below_the_meeting_point() {
-    let za = ZoneAllocator::new(config()).unwrap();
+/// Allocates the whole zone unmovable and frees all of it but one page in four of
+/// its lower half: blocks 0-3 become Unmovable pageblocks with holes of order 0 and
+/// 1, blocks 4-7 are free. Returns the pages kept.
+fn pin_lower_half<B: Backend>(za: &ZoneAllocator<B>) -> Vec<Pfn> {
     let mut unmovable = Vec::new();
     loop {
         match za.alloc_pages(Gfp::KERNEL | Gfp::NORETRY, Order(0)) {
@@ -414,23 +410,45 @@ fn the_last_priority_uses_the_holes_of_pinned_pageblocks_below_the_meeting_point
         }
     }
     assert_eq!(unmovable.len() as u64, FRAMES);
-    let half = FRAMES / 2;
     unmovable.retain(|&p| {
-        let keep = p.0 < half && p.0 % 4 == 0;
+        let keep = p.0 < FRAMES / 2 && p.0 % 4 == 0;
         if !keep {
             za.free_pages(p, Order(0)).unwrap();
         }
         keep
     });
     za.drain_all_pages();
+    unmovable
+}
+
+/// Allocates the free upper half (blocks 4-7) as movable order-0 pages.
+fn alloc_upper_half<B: Backend>(za: &ZoneAllocator<B>) -> Vec<u64> {
+    (0..FRAMES / 2)
+        .map(|_| {
+            let p = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
+            assert!(
+                p.0 >= FRAMES / 2,
+                "movable page {p} among the pinned pageblocks"
+            );
+            p.0
+        })
+        .collect()
+}
+
+/// Blocks 0-3 hold one unmovable page in four (Unmovable pageblocks, 384 free
+/// frames each); blocks 4-7 hold movable pages, seven in eight. Emptying block 4
+/// takes 448 targets, and the 192 free frames of blocks 5-7 above it are too few:
+/// the scanners meet. The last priority goes on with the holes of the pinned blocks
+/// below, and the request succeeds.
+#[test]
+fn the_last_priority_uses_the_holes_of_pinned_pageblocks_below_the_meeting_point() {
+    let za = ZoneAllocator::new(config()).unwrap();
+    let unmovable = pin_lower_half(&za);
+    let half = FRAMES / 2;
     let owner = Arc::new(Owner::default());
     {
         let mut live = owner.live.lock().unwrap();
-        for _ in 0..half {
-            let p = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
-            assert!(p.0 >= half, "movable page {p} among the pinned pageblocks");
-            live.insert(p.0, 0);
-        }
+        live.extend(alloc_upper_half(&za).into_iter().map(|p| (p, 0)));
         live.retain(|&p, _| {
             let keep = p % 8 != 0;
             if !keep {
@@ -552,26 +570,10 @@ fn the_last_priority_passes_a_pageblock_whose_block_has_no_target() {
         ..config()
     })
     .unwrap();
-    let mut unmovable = Vec::new();
-    while let Ok(p) = za.alloc_pages(Gfp::KERNEL | Gfp::NORETRY, Order(0)) {
-        unmovable.push(p);
-    }
-    assert_eq!(unmovable.len() as u64, FRAMES);
+    let unmovable = pin_lower_half(&za);
     let half = FRAMES / 2;
-    unmovable.retain(|&p| {
-        let keep = p.0 < half && p.0 % 4 == 0;
-        if !keep {
-            za.free_pages(p, Order(0)).unwrap();
-        }
-        keep
-    });
     let owner = Arc::new(Owner::default());
-    let mut pages = Vec::new();
-    for _ in 0..half {
-        let p = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
-        assert!(p.0 >= half, "movable page {p} among the pinned pageblocks");
-        pages.push(p.0);
-    }
+    let pages = alloc_upper_half(&za);
     // Block 4: four aligned frames become one order-2 block, the rest is freed.
     let pb4 = half;
     for &p in &pages {
