@@ -118,6 +118,9 @@ struct CacheBlock<'a> {
     order: Order,
     addr: NonNull<u8>,
     bias: &'a AtomicU32,
+    /// The backend's page size, and the block's size in bytes.
+    page_size: usize,
+    bytes: usize,
 }
 
 #[allow(unsafe_code)]
@@ -163,7 +166,8 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
 
     /// `__page_frag_cache_refill()`: a fresh block with the bias in place.
     fn refill(&mut self) -> Result<(), FragError> {
-        self.za
+        let page_size = self
+            .za
             .backend()
             .page_size()
             .ok_or(FragError::NoAddresses)?;
@@ -218,6 +222,8 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
             order,
             addr,
             bias,
+            page_size,
+            bytes: page_size << order.0,
         });
         self.pagecnt_bias = PAGE_FRAG_CACHE_MAX_SIZE + 1;
         self.offset = 0;
@@ -248,7 +254,43 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
     /// // A fragment freed once too often is refused.
     /// assert!(za.page_frag_free(b.as_ptr()).is_err());
     /// ```
+    #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, FragError> {
+        // The common case inline: the fragment fits in the current block. Every check
+        // of `alloc_slow` passes then (a block is at most `page_size << refill_order`
+        // bytes), and it would carve the same fragment.
+        if let Some(b) = self.block {
+            if align.is_power_of_two() && align <= b.page_size && self.pagecnt_bias > 1 {
+                let fits = self
+                    .offset
+                    .checked_next_multiple_of(align)
+                    .filter(|&o| o < b.bytes && size <= b.bytes - o);
+                if let Some(offset) = fits {
+                    return Ok(self.carve(b, offset, size));
+                }
+            }
+        }
+        self.alloc_slow(size, align)
+    }
+
+    /// Hands out `size` bytes at `offset` of the current block `b`, which fit there,
+    /// with a reference of the cache's bias (more than one is left).
+    #[inline]
+    fn carve(&mut self, b: CacheBlock<'a>, offset: usize, size: usize) -> NonNull<u8> {
+        self.pagecnt_bias -= 1;
+        // Release: a free of this fragment, which happens after its address was
+        // handed over, sees the bias that counts it.
+        b.bias.store(self.pagecnt_bias, Ordering::Release);
+        self.offset = offset + size;
+        // `offset < b.bytes`: the pointer is inside the block.
+        let p = b.addr.as_ptr().wrapping_add(offset);
+        NonNull::new(p).expect("inside the block")
+    }
+
+    /// `alloc` with every check, and the exhausted block's release and the refill.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, FragError> {
         let page_size = self
             .za
             .backend()
@@ -272,14 +314,7 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
                     .checked_next_multiple_of(align)
                     .filter(|&o| o < block_bytes && size <= block_bytes - o);
                 if let Some(offset) = fits.filter(|_| self.pagecnt_bias > 1) {
-                    self.pagecnt_bias -= 1;
-                    // Release: a free of this fragment, which happens after its
-                    // address was handed over, sees the bias that counts it.
-                    b.bias.store(self.pagecnt_bias, Ordering::Release);
-                    self.offset = offset + size;
-                    // `offset < block_bytes`: the pointer is inside the block.
-                    let p = b.addr.as_ptr().wrapping_add(offset);
-                    return Ok(NonNull::new(p).expect("inside the block"));
+                    return Ok(self.carve(b, offset, size));
                 }
                 if size > page_size {
                     return Err(FragError::TooLarge);
