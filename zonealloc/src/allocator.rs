@@ -398,7 +398,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `InvalidOrder` above `max_order`; `NoMemory` if no eligible zone can serve it.
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, 0)
+        self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, Head::PLAIN)
     }
 
     /// As `alloc_pages`, using CPU `cpu`'s per-CPU lists (taken modulo `nr_cpus`).
@@ -408,7 +408,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// As `alloc_pages`.
     #[inline]
     pub fn alloc_pages_on(&self, cpu: usize, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node_on(self.cpu_index(cpu), 0, gfp, order, 0)
+        self.alloc_pages_node_on(self.cpu_index(cpu), 0, gfp, order, Head::PLAIN)
     }
 
     /// The CPU whose per-CPU lists this thread uses now.
@@ -436,18 +436,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// As `alloc_pages`, and `InvalidNode` for a node that does not exist.
     pub fn alloc_pages_node(&self, nid: u16, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node_on(self.current_cpu(), nid, gfp, order, 0)
+        self.alloc_pages_node_on(self.current_cpu(), nid, gfp, order, Head::PLAIN)
     }
 
     /// The allocation path: fast pass, slow pass, drain and unreserve, last pass.
-    /// The block's head is published with `head_flags` (`FLAG_GUARDED` for a guard).
+    /// The block's head is published as `head` says (see `Head`).
     pub(crate) fn alloc_pages_node_on(
         &self,
         cpu: usize,
         nid: u16,
         gfp: Gfp,
         order: Order,
-        head_flags: u8,
+        head: Head,
     ) -> Result<Pfn, AllocError> {
         if self.debug.faults.should_fail(FaultSite::Alloc) {
             return Err(AllocError::NoMemory { order });
@@ -469,7 +469,7 @@ impl<B: Backend> ZoneAllocator<B> {
             highest,
             mt: gfp.migratetype(),
             first,
-            head_flags,
+            head,
         };
         let mut fast = AllocFlags::fast(gfp, order.0);
         if nofragment {
@@ -597,7 +597,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if !self.debug.alloc_check(&self.backend, z, pfn, req.order) {
             return None;
         }
-        self.prep_new_page(z, pfn, req.order, req.gfp, req.mt, req.head_flags);
+        self.prep_new_page(z, pfn, req.order, req.gfp, req.mt, req.head);
         Some(pfn)
     }
 
@@ -625,7 +625,10 @@ impl<B: Backend> ZoneAllocator<B> {
         Some(pfn)
     }
 
-    /// `prep_new_page()`: zero if asked, then publish the allocated state.
+    /// `prep_new_page()`: zero if asked, then publish the allocated state with the
+    /// flags and references of `head`. A page_frag block's bias is stored in its bias
+    /// slot first: the word's Release store publishes both, so a fragment free that
+    /// sees `FLAG_FRAG` (with an Acquire load) also sees the bias beside it.
     #[inline]
     pub(crate) fn prep_new_page(
         &self,
@@ -634,13 +637,18 @@ impl<B: Backend> ZoneAllocator<B> {
         order: Order,
         gfp: Gfp,
         mt: Migratetype,
-        head_flags: u8,
+        head: Head,
     ) {
         if gfp.contains(Gfp::ZERO) {
             self.backend.zero_pages(pfn, order.nr_pages());
         }
-        z.frames
-            .set_word(z.idx(pfn), Word::alloc_flagged(order, mt, head_flags));
+        let idx = z.idx(pfn);
+        if head.0.flags() & FLAG_FRAG != 0 {
+            z.frames
+                .bias_slot(idx)
+                .store(head.0.refcount(), Ordering::Relaxed);
+        }
+        z.frames.set_word(idx, head.word(order, mt));
     }
 
     /// Releases one highatomic pageblock in the request's zones.
@@ -1150,8 +1158,38 @@ struct Request {
     mt: Migratetype,
     /// The preferred zone: first eligible zone of the zonelist.
     first: usize,
-    /// Flags the allocated head is published with.
-    head_flags: u8,
+    /// How the allocated head is published.
+    head: Head,
+}
+
+/// The state an allocated block's head is published with: its flags and its
+/// reference count, set by the one store that hands the block out. Kept as the
+/// head word's bits (an allocated word of order 0 and migratetype 0), so that
+/// publishing a block is one OR with its order and migratetype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Head(Word);
+
+impl Head {
+    /// An ordinary block: no flag, one reference.
+    pub(crate) const PLAIN: Head = Head::new(0, 1);
+    /// A `PageBlock` guard's block (`FLAG_GUARDED`), one reference.
+    pub(crate) const GUARDED: Head = Head::new(FLAG_GUARDED, 1);
+
+    /// A page_frag cache's block (`FLAG_FRAG`) with `bias` references, all the
+    /// cache's (`bias` at least 1), and `bias` published in its bias slot.
+    pub(crate) const fn frag(bias: u32) -> Head {
+        Head::new(FLAG_FRAG, bias)
+    }
+
+    const fn new(flags: u8, refs: u32) -> Head {
+        Head(Word::new(Tag::Alloc, 0, 0, refs).with_flags(flags))
+    }
+
+    /// The head word of an allocated block of `order` and migratetype `mt`.
+    #[inline]
+    fn word(self, order: Order, mt: Migratetype) -> Word {
+        Word(self.0 .0 | Word::new(Tag::Hole, order.0, mt as u8, 0).0)
+    }
 }
 
 /// Integer square root (`int_sqrt`), by Newton's method.

@@ -27,7 +27,7 @@
 
 use alloc::vec::Vec;
 
-use crate::allocator::ZoneAllocator;
+use crate::allocator::{Head, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::FreeError;
 use crate::frame::{Tag, Word, FLAG_GUARDED, FLAG_ISOLATED};
@@ -430,7 +430,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut n = filled;
         for &(i, p) in &got {
             if self.debug.alloc_check(&self.backend, z, p, Order(0)) {
-                self.prep_new_page(z, p, Order(0), gfp, mt, 0);
+                self.prep_new_page(z, p, Order(0), gfp, mt, Head::PLAIN);
                 pages[i] = Some(p);
                 n += 1;
             }

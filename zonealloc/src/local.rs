@@ -46,7 +46,7 @@
 
 use alloc::vec::Vec;
 
-use crate::allocator::{Holder, ZoneAllocator};
+use crate::allocator::{Head, Holder, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
@@ -204,7 +204,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         if !za.debug.alloc_check(&za.backend, z, pfn, order) {
             return None;
         }
-        za.prep_new_page(z, pfn, order, self.gfp, self.mt, 0);
+        za.prep_new_page(z, pfn, order, self.gfp, self.mt, Head::PLAIN);
         Some(pfn)
     }
 
@@ -228,7 +228,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
                 }
             }
         }
-        za.alloc_pages_node_on(self.cpu, 0, self.gfp, order, 0)
+        za.alloc_pages_node_on(self.cpu, 0, self.gfp, order, Head::PLAIN)
     }
 
     /// Takes up to `batch` blocks of `order`, if the zone stays above its low

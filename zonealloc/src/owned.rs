@@ -13,10 +13,9 @@
 
 use core::fmt;
 
-use crate::allocator::{Holder, ZoneAllocator};
+use crate::allocator::{Head, Holder, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::{AllocError, FreeError};
-use crate::frame::FLAG_GUARDED;
 use crate::gfp::Gfp;
 use crate::types::{Order, Pfn};
 
@@ -119,7 +118,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// As `alloc_pages`.
     pub fn alloc_block(&self, gfp: Gfp, order: Order) -> Result<PageBlock<'_, B>, AllocError> {
-        let pfn = self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, FLAG_GUARDED)?;
+        let pfn = self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, Head::GUARDED)?;
         Ok(PageBlock::new(self, pfn, order))
     }
 }

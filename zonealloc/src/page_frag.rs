@@ -41,6 +41,11 @@
 //! reset count beside the old bias. While the cache owns a block, the raw API
 //! refuses it (`FreeError::Busy`).
 //!
+//! A refill takes its block already claimed: the allocation publishes the head with
+//! `FLAG_FRAG` and the whole bias as its count, after storing the bias in the slot,
+//! in the same store that hands any block out. No other thread can hold a reference
+//! to a block before that store, so no compare-and-swap is needed to claim it.
+//!
 //! A fragment freed twice while other fragments of its block are still out remains
 //! undetectable: its extra reference is indistinguishable from theirs.
 //!
@@ -51,7 +56,7 @@
 
 use core::ptr::NonNull;
 
-use crate::allocator::{Holder, Via, ZoneAllocator};
+use crate::allocator::{Head, Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::config::FragFreePath;
 use crate::error::{AllocError, FreeError};
@@ -113,6 +118,9 @@ struct CacheBlock<'a> {
     order: Order,
     addr: NonNull<u8>,
     bias: &'a AtomicU32,
+    /// The backend's page size, and the block's size in bytes.
+    page_size: usize,
+    bytes: usize,
 }
 
 #[allow(unsafe_code)]
@@ -158,7 +166,8 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
 
     /// `__page_frag_cache_refill()`: a fresh block with the bias in place.
     fn refill(&mut self) -> Result<(), FragError> {
-        self.za
+        let page_size = self
+            .za
             .backend()
             .page_size()
             .ok_or(FragError::NoAddresses)?;
@@ -172,6 +181,9 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
                 order: self.refill_order,
             }));
         }
+        // The block comes claimed: `FLAG_FRAG`, the bias as its count and in its slot.
+        let head = Head::frag(PAGE_FRAG_CACHE_MAX_SIZE + 1);
+        let cpu = self.za.current_cpu();
         let mut got = None;
         if self.refill_order.0 > 0 {
             let gfp = (self.gfp & !Gfp::DIRECT_RECLAIM)
@@ -181,7 +193,7 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
                 | Gfp::NOMEMALLOC;
             got = self
                 .za
-                .alloc_pages(gfp, self.refill_order)
+                .alloc_pages_node_on(cpu, 0, gfp, self.refill_order, head)
                 .ok()
                 .map(|p| (p, self.refill_order));
         }
@@ -189,26 +201,29 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
             Some(g) => g,
             None => (
                 self.za
-                    .alloc_pages(self.gfp, Order(0))
+                    .alloc_pages_node_on(cpu, 0, self.gfp, Order(0), head)
                     .map_err(FragError::NoMemory)?,
                 Order(0),
             ),
         };
+        let bias = self
+            .za
+            .frag_bias_slot(pfn)
+            .expect("an allocated block lies in a zone");
         let Some(addr) = self.za.page_address(pfn) else {
-            let _ = self.za.free_pages(pfn, order);
+            // No fragment is out: giving up the whole bias frees the block.
+            let _ = self
+                .za
+                .frag_release(pfn, bias, PAGE_FRAG_CACHE_MAX_SIZE + 1, None);
             return Err(FragError::NoAddresses);
-        };
-        // The block is ours with one reference: publish the bias, then add it to the
-        // count and mark the block as a cache's, in one atomic step.
-        let Ok(bias) = self.za.frag_claim(pfn, PAGE_FRAG_CACHE_MAX_SIZE + 1) else {
-            // Only a block someone else changed already can refuse; let it be.
-            return Err(FragError::NoMemory(AllocError::NoMemory { order }));
         };
         self.block = Some(CacheBlock {
             pfn,
             order,
             addr,
             bias,
+            page_size,
+            bytes: page_size << order.0,
         });
         self.pagecnt_bias = PAGE_FRAG_CACHE_MAX_SIZE + 1;
         self.offset = 0;
@@ -239,7 +254,43 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
     /// // A fragment freed once too often is refused.
     /// assert!(za.page_frag_free(b.as_ptr()).is_err());
     /// ```
+    #[inline]
     pub fn alloc(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, FragError> {
+        // The common case inline: the fragment fits in the current block. Every check
+        // of `alloc_slow` passes then (a block is at most `page_size << refill_order`
+        // bytes), and it would carve the same fragment.
+        if let Some(b) = self.block {
+            if align.is_power_of_two() && align <= b.page_size && self.pagecnt_bias > 1 {
+                let fits = self
+                    .offset
+                    .checked_next_multiple_of(align)
+                    .filter(|&o| o < b.bytes && size <= b.bytes - o);
+                if let Some(offset) = fits {
+                    return Ok(self.carve(b, offset, size));
+                }
+            }
+        }
+        self.alloc_slow(size, align)
+    }
+
+    /// Hands out `size` bytes at `offset` of the current block `b`, which fit there,
+    /// with a reference of the cache's bias (more than one is left).
+    #[inline]
+    fn carve(&mut self, b: CacheBlock<'a>, offset: usize, size: usize) -> NonNull<u8> {
+        self.pagecnt_bias -= 1;
+        // Release: a free of this fragment, which happens after its address was
+        // handed over, sees the bias that counts it.
+        b.bias.store(self.pagecnt_bias, Ordering::Release);
+        self.offset = offset + size;
+        // `offset < b.bytes`: the pointer is inside the block.
+        let p = b.addr.as_ptr().wrapping_add(offset);
+        NonNull::new(p).expect("inside the block")
+    }
+
+    /// `alloc` with every check, and the exhausted block's release and the refill.
+    #[cold]
+    #[inline(never)]
+    fn alloc_slow(&mut self, size: usize, align: usize) -> Result<NonNull<u8>, FragError> {
         let page_size = self
             .za
             .backend()
@@ -263,14 +314,7 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
                     .checked_next_multiple_of(align)
                     .filter(|&o| o < block_bytes && size <= block_bytes - o);
                 if let Some(offset) = fits.filter(|_| self.pagecnt_bias > 1) {
-                    self.pagecnt_bias -= 1;
-                    // Release: a free of this fragment, which happens after its
-                    // address was handed over, sees the bias that counts it.
-                    b.bias.store(self.pagecnt_bias, Ordering::Release);
-                    self.offset = offset + size;
-                    // `offset < block_bytes`: the pointer is inside the block.
-                    let p = b.addr.as_ptr().wrapping_add(offset);
-                    return Ok(NonNull::new(p).expect("inside the block"));
+                    return Ok(self.carve(b, offset, size));
                 }
                 if size > page_size {
                     return Err(FragError::TooLarge);
@@ -366,23 +410,10 @@ impl<B: Backend> ZoneAllocator<B> {
         }
     }
 
-    /// Makes the freshly allocated block at `head` a cache's: publishes `bias` in its
-    /// bias slot, then adds `bias - 1` references and sets `FLAG_FRAG` in one step.
-    fn frag_claim(&self, head: Pfn, bias: u32) -> Result<&AtomicU32, FreeError> {
-        let z = self.zone_of(head).ok_or(FreeError::OutOfRange(head))?;
-        let slot = z.frames.bias_slot(z.idx(head));
-        slot.store(bias, Ordering::Release);
-        self.update_head(z, head, Holder::Frag, |w| {
-            if w.flags() != 0 {
-                return Err(FreeError::Busy(head));
-            }
-            let r = w
-                .refcount()
-                .checked_add(bias - 1)
-                .ok_or(FreeError::RefcountOverflow(head))?;
-            Ok(w.with_refcount(r).with_flags(FLAG_FRAG))
-        })?;
-        Ok(slot)
+    /// The bias slot of the block headed by `head`.
+    fn frag_bias_slot(&self, head: Pfn) -> Option<&AtomicU32> {
+        let z = self.zone_of(head)?;
+        Some(z.frames.bias_slot(z.idx(head)))
     }
 
     /// Gives up a cache's `bias` references on its block `head` (see the module
