@@ -1185,7 +1185,8 @@ impl Head {
         Head(Word::new(Tag::Alloc, 0, 0, refs).with_flags(flags))
     }
 
-    /// The head word of an allocated block of `order` and migratetype `mt`.
+    /// The head word of an allocated block of `order` and migratetype `mt`
+    /// (`Tag::Hole` is the tag whose bits are zero: the OR keeps `Alloc`).
     #[inline]
     fn word(self, order: Order, mt: Migratetype) -> Word {
         Word(self.0 .0 | Word::new(Tag::Hole, order.0, mt as u8, 0).0)

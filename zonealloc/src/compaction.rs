@@ -201,6 +201,7 @@ impl<B: Backend> DirectCompact for ZoneAllocator<B> {
     /// request's zonelist, filtered) that are neither deferred nor unsuitable, each
     /// followed by an allocation attempt `retry`. Counts a stall if any zone was
     /// compacted, then a success or a failure.
+    #[cold]
     fn compact_for<'a>(
         &'a self,
         zones: impl Iterator<Item = &'a Zone>,
