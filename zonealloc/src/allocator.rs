@@ -846,11 +846,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 z.frames.prefetch(z.idx(buddy));
             }
         }
-        let mut zl = z.lock();
-        for &pfn in blocks {
-            zl.free_block_locked(pfn, order, false);
-        }
-        drop(zl);
+        z.lock().free_batch_locked(blocks, order);
         z.events.pgfree.inc((blocks.len() as u64) << order.0);
     }
 

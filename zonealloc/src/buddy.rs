@@ -34,7 +34,7 @@
 //! it is free or compatible); failing that, *steal* the smallest suitable block of
 //! another type without retyping its pageblock.
 
-use crate::frame::{Tag, Word};
+use crate::frame::{Frames, Tag, Word};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{COUNTED, WHOLE};
 use crate::types::{Migratetype, Order, Pfn};
@@ -118,17 +118,23 @@ impl ZoneLocked<'_> {
         if order >= self.zone.pageblock_order && mt != Migratetype::Isolate {
             c.nr_free_pages_blocks.add(d * order.nr_pages() as i64);
         }
-        if self.area.lists[order.idx()][mt.idx()].is_empty() {
-            self.area.nonempty[mt.idx()] &= !(1 << order.0);
-        } else {
+        if d > 0 {
             self.area.nonempty[mt.idx()] |= 1 << order.0;
+        } else if self.area.lists[order.idx()][mt.idx()].is_empty() {
+            self.area.nonempty[mt.idx()] &= !(1 << order.0);
         }
     }
 
     /// `__add_to_free_list()`: makes `pfn` the head of a free block of `order` on
     /// `free_list[order][mt]`, at the tail or the head.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn add_to_free_list(&mut self, pfn: Pfn, order: Order, mt: Migratetype, tail: bool) {
+        self.add_free_in(self.zone.frames.view(), pfn, order, mt, tail);
+    }
+
+    /// `add_to_free_list` through a view the caller holds (see `Frames`).
+    #[inline(always)]
+    fn add_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order, mt: Migratetype, tail: bool) {
         let z = self.zone;
         debug_assert_eq!(
             z.blocks.migratetype(pfn),
@@ -136,26 +142,31 @@ impl ZoneLocked<'_> {
             "free block on a foreign list"
         );
         debug_assert!(pfn.is_aligned(order));
-        let idx = z.idx(pfn);
-        z.frames.set_word(idx, Word::buddy(order));
+        let idx = t.idx(pfn);
+        t.set_word(idx, Word::buddy(order));
         let list = &mut self.area.lists[order.idx()][mt.idx()];
         if tail {
-            list.push_tail(&z.frames, idx);
+            list.push_tail(t, idx);
         } else {
-            list.push_head(&z.frames, idx);
+            list.push_head(t, idx);
         }
         self.count_list(order, mt, 1);
     }
 
     /// `__del_page_from_free_list()`: takes the free block at `pfn` off its list; the
     /// head becomes `Tail` until the caller gives it a new state.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn del_from_free_list(&mut self, pfn: Pfn, order: Order, mt: Migratetype) {
-        let z = self.zone;
-        let idx = z.idx(pfn);
-        debug_assert_eq!(z.frames.word(idx), Word::buddy(order));
-        self.area.lists[order.idx()][mt.idx()].unlink(&z.frames, idx);
-        z.frames.set_word(idx, Word::TAIL);
+        self.del_free_in(self.zone.frames.view(), pfn, order, mt);
+    }
+
+    /// `del_from_free_list` through a view the caller holds (see `Frames`).
+    #[inline(always)]
+    fn del_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order, mt: Migratetype) {
+        let idx = t.idx(pfn);
+        debug_assert_eq!(t.word(idx), Word::buddy(order));
+        self.area.lists[order.idx()][mt.idx()].unlink(t, idx);
+        t.set_word(idx, Word::TAIL);
         self.count_list(order, mt, -1);
     }
 
@@ -187,8 +198,13 @@ impl ZoneLocked<'_> {
     /// `page_is_buddy()`: `pfn` is in this zone and heads a free block of `order`.
     #[inline]
     fn is_free_block(&self, pfn: Pfn, order: Order) -> bool {
-        let z = self.zone;
-        z.contains(pfn) && z.frames.word(z.idx(pfn)) == Word::buddy(order)
+        self.is_free_block_in(self.zone.frames.view(), pfn, order)
+    }
+
+    /// `is_free_block` through a view the caller holds (see `Frames`).
+    #[inline(always)]
+    fn is_free_block_in(&self, t: Frames<'_>, pfn: Pfn, order: Order) -> bool {
+        t.contains(pfn) && t.word(t.idx(pfn)) == Word::buddy(order)
     }
 
     // ---------------------------------------------------------------------------
@@ -351,16 +367,48 @@ impl ZoneLocked<'_> {
         to_tail: bool,
         d: &mut FreeDelta,
     ) {
+        self.merge_free_inline(self.zone.frames.view(), pfn, order, mt, to_tail, d);
+    }
+
+    /// The blocks of `order` at `blocks`, owned by the caller (state `Cached`,
+    /// `Frozen` or `Tail`), merged and put on the free lists of their pageblocks'
+    /// types: a flush's locked part, with the free counters updated once for the
+    /// whole batch. `order` is below pageblock order.
+    pub(crate) fn free_batch_locked(&mut self, blocks: &[Pfn], order: Order) {
+        let z = self.zone;
+        debug_assert!(order < z.pageblock_order);
+        let t = z.frames.view();
+        let n = order.nr_pages() as i64;
+        let mut d = FreeDelta::default();
+        for &pfn in blocks {
+            let mt = z.blocks.migratetype(pfn);
+            d = d.with(n, mt);
+            self.merge_free_inline(t, pfn, order, mt, false, &mut d);
+        }
+        d.apply(self);
+    }
+
+    /// `merge_free`'s body, inlined into the batch free.
+    #[inline(always)]
+    fn merge_free_inline(
+        &mut self,
+        t: Frames<'_>,
+        pfn: Pfn,
+        order: Order,
+        mt: Migratetype,
+        to_tail: bool,
+        d: &mut FreeDelta,
+    ) {
         let z = self.zone;
         let max = z.max_order;
         let pb = z.pageblock_order;
         // The block's head stops being a head if it merges downwards.
-        z.frames.set_word(z.idx(pfn), Word::TAIL);
+        t.set_word(t.idx(pfn), Word::TAIL);
         let (mut pfn, mut order) = (pfn, order);
         let mut buddy = Pfn(0);
         while order < max {
             buddy = pfn.buddy(order);
-            if !self.is_free_block(buddy, order) {
+            if !self.is_free_block_in(t, buddy, order) {
                 break;
             }
             let mut buddy_mt = mt;
@@ -370,7 +418,7 @@ impl ZoneLocked<'_> {
                     break;
                 }
             }
-            self.del_from_free_list(buddy, order, buddy_mt);
+            self.del_free_in(t, buddy, order, buddy_mt);
             if buddy_mt != mt {
                 // Two mergeable types met at pageblock order: the result takes ours.
                 let n = order.nr_pages() as i64;
@@ -380,19 +428,20 @@ impl ZoneLocked<'_> {
             pfn = Pfn(pfn.0 & buddy.0);
             order = Order(order.0 + 1);
         }
-        let tail = to_tail || self.buddy_merge_likely(pfn, buddy, order);
-        self.add_to_free_list(pfn, order, mt, tail);
+        let tail = to_tail || self.buddy_merge_likely(t, pfn, buddy, order);
+        self.add_free_in(t, pfn, order, mt, tail);
     }
 
     /// `buddy_merge_likely()`: whether the buddy of the block one order up is free, so
     /// that this block, kept at the tail, may soon merge twice.
-    fn buddy_merge_likely(&self, pfn: Pfn, buddy: Pfn, order: Order) -> bool {
+    #[inline(always)]
+    fn buddy_merge_likely(&self, t: Frames<'_>, pfn: Pfn, buddy: Pfn, order: Order) -> bool {
         if order.0 + 1 >= self.zone.max_order.0 {
             return false;
         }
         let higher = Pfn(buddy.0 & pfn.0);
         let up = Order(order.0 + 1);
-        self.is_free_block(higher.buddy(up), up)
+        self.is_free_block_in(t, higher.buddy(up), up)
     }
 
     /// Frees every present frame in the largest naturally aligned chunks
@@ -511,39 +560,58 @@ impl ZoneLocked<'_> {
         Some(pfn)
     }
 
-    /// One block of order `big` for a batch of blocks of `order`, taken only when
-    /// the lists the request draws from hold nothing of an order in between: a
-    /// batch taken block by block would use those smaller blocks first, and so must
-    /// this, to leave the larger blocks whole.
-    pub(crate) fn rmqueue_batch_block(
-        &mut self,
-        order: Order,
-        big: Order,
-        mt: Migratetype,
-        flags: AllocFlags,
-    ) -> Option<Pfn> {
-        let between = ((1u32 << big.0) - 1) & !((1u32 << order.0) - 1);
-        if self.area.nonempty[self.request_type(mt).idx()] & between != 0 {
-            return None;
-        }
-        self.rmqueue_one(big, mt, flags)
-    }
-
     /// `rmqueue_bulk()`'s locked part: up to `count` blocks of `order` for a request
-    /// of type `mt`, each handed to `put`, one fallback mode kept across the batch.
-    /// Returns how many were taken.
+    /// of type `mt`, each handed to `put` (in ascending address order within each
+    /// block taken), one fallback mode kept across the batch. Returns how many were
+    /// taken.
+    ///
+    /// Linux takes the blocks one `__rmqueue()` at a time. From its own type's lists
+    /// that always splits the smallest free block, and the halves a split puts back
+    /// are the smallest blocks at the next call, so a run of calls empties one free
+    /// block, lowest address first, before it touches another. This takes the same
+    /// blocks a free block at a time: the whole block when the rest of the batch
+    /// covers it, else its first power-of-two part, the rest put back as `expand`
+    /// would. One list operation or a few per free block instead of one or more per
+    /// block handed out; the blocks, their order and the lists left behind are those
+    /// of the one-at-a-time walk. The fallbacks to other types go block by block.
+    ///
+    /// With `whole`, a free block of at most `count` blocks is taken whole even when
+    /// less of the batch is left, so the batch may end up to `count - 1` blocks over:
+    /// a refill that never splits a small block leaves no remnant below the batch's
+    /// size for the next refill to start from, so that refill takes one block where
+    /// the exact count would take the remnants of every order below it.
     pub(crate) fn rmqueue_bulk(
         &mut self,
         order: Order,
         mt: Migratetype,
         flags: AllocFlags,
         count: u64,
+        whole: bool,
         mut put: impl FnMut(Pfn),
     ) -> u64 {
         let mt = self.request_type(mt);
         let mut mode = RmqueueMode::Normal;
         let mut got = 0;
         while got < count {
+            let mask = self.area.nonempty[mt.idx()] >> order.0;
+            if mode == RmqueueMode::Normal && mask != 0 {
+                let cur = Order(order.0 + mask.trailing_zeros() as u8);
+                let Some(pfn) = self.first_free(cur, mt) else {
+                    break;
+                };
+                let size = u32::from(cur.0 - order.0);
+                let k = if whole && 1u64 << size <= count {
+                    size
+                } else {
+                    crate::types::ilog2(count - got).min(size)
+                };
+                self.del_and_expand(pfn, Order(order.0 + k as u8), cur, mt);
+                for i in 0..1u64 << k {
+                    put(pfn.add(i << order.0));
+                }
+                got += 1 << k;
+                continue;
+            }
             let Some(pfn) = self.rmqueue(order, mt, flags, &mut mode) else {
                 break;
             };

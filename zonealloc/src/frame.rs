@@ -59,7 +59,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
-use crate::types::{Migratetype, Order};
+use crate::types::{Migratetype, Order, Pfn};
 
 /// "No frame" in list links.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -240,12 +240,15 @@ const _: () = assert!(
 /// The metadata of every frame of one zone, indexed by `pfn - zone_start_pfn`.
 pub(crate) struct FrameTable {
     metas: Box<[PageMeta]>,
+    /// The zone's first frame number: frame `idx` is `base + idx`.
+    base: u64,
 }
 
 impl FrameTable {
-    /// A table of `nr` frames, all in state `Tail` with no links; `None` if the
-    /// memory for it cannot be had (the allocation is fallible, not an abort).
-    pub fn new(nr: usize) -> Option<FrameTable> {
+    /// A table of `nr` frames from frame number `base`, all in state `Tail` with
+    /// no links; `None` if the memory for it cannot be had (the allocation is
+    /// fallible, not an abort).
+    pub fn new(base: u64, nr: usize) -> Option<FrameTable> {
         let mut v = Vec::new();
         v.try_reserve_exact(nr).ok()?;
         v.resize_with(nr, || PageMeta {
@@ -255,12 +258,112 @@ impl FrameTable {
         });
         Some(FrameTable {
             metas: v.into_boxed_slice(),
+            base,
         })
     }
 
     #[inline]
     pub fn len(&self) -> usize {
         self.metas.len()
+    }
+
+    /// The state word of frame `idx`.
+    #[inline]
+    pub fn word(&self, idx: u32) -> Word {
+        self.view().word(idx)
+    }
+
+    /// Sets the state word of frame `idx` (see `Frames::set_word`).
+    #[inline]
+    pub fn set_word(&self, idx: u32, w: Word) {
+        self.view().set_word(idx, w)
+    }
+
+    /// Replaces the state word if it still equals `old`.
+    #[inline]
+    pub fn cas_word(&self, idx: u32, old: Word, new: Word) -> Result<Word, Word> {
+        self.view().cas_word(idx, old, new)
+    }
+
+    #[inline]
+    pub fn next(&self, idx: u32) -> u32 {
+        self.view().next(idx)
+    }
+
+    #[inline]
+    pub fn prev(&self, idx: u32) -> u32 {
+        self.view().prev(idx)
+    }
+
+    /// The table as a `Frames` view: a slice a loop can keep in registers.
+    #[inline]
+    pub fn view(&self) -> Frames<'_> {
+        Frames {
+            metas: &self.metas,
+            base: self.base,
+        }
+    }
+
+    /// The bias slot of an allocated block's head: its `next` link, unused while the
+    /// block is allocated, where a page_frag cache publishes how many of the block's
+    /// references it still holds itself (see `page_frag`). Release stores by the
+    /// cache pair with the Acquire loads of fragment frees.
+    #[inline]
+    pub fn bias_slot(&self, idx: u32) -> &AtomicU32 {
+        &self.metas[idx as usize].next
+    }
+
+    /// Hints the processor to bring frame `idx`'s metadata into cache.
+    #[inline]
+    pub fn prefetch(&self, idx: u32) {
+        if let Some(m) = self.metas.get(idx as usize) {
+            prefetch_read(m as *const PageMeta as *const u8);
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(unsafe_code)]
+fn prefetch_read(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: `_mm_prefetch` is a hint; it never faults and reads nothing the program
+    // observes, and SSE is part of the x86-64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = p;
+}
+
+/// A borrowed view of a `FrameTable`: the same accessors over a plain slice. A
+/// loop that takes one view keeps the slice's address and length in registers,
+/// where the table's own accessors reload them from the zone after every store
+/// to a frame (the compiler cannot tell that such a store leaves them alone).
+#[derive(Clone, Copy)]
+pub(crate) struct Frames<'a> {
+    metas: &'a [PageMeta],
+    base: u64,
+}
+
+impl<'a> From<&'a FrameTable> for Frames<'a> {
+    #[inline]
+    fn from(t: &'a FrameTable) -> Frames<'a> {
+        t.view()
+    }
+}
+
+impl Frames<'_> {
+    /// Whether frame `pfn` is in the table (in the zone's span).
+    #[inline]
+    pub fn contains(&self, pfn: Pfn) -> bool {
+        pfn.0.wrapping_sub(self.base) < self.metas.len() as u64
+    }
+
+    /// The index of frame `pfn`. Caller checked `contains(pfn)`.
+    #[inline]
+    pub fn idx(&self, pfn: Pfn) -> u32 {
+        debug_assert!(self.contains(pfn));
+        (pfn.0 - self.base) as u32
     }
 
     /// The state word of frame `idx`.
@@ -310,36 +413,6 @@ impl FrameTable {
     pub fn set_prev(&self, idx: u32, v: u32) {
         self.metas[idx as usize].prev.store(v, Ordering::Relaxed);
     }
-
-    /// The bias slot of an allocated block's head: its `next` link, unused while the
-    /// block is allocated, where a page_frag cache publishes how many of the block's
-    /// references it still holds itself (see `page_frag`). Release stores by the
-    /// cache pair with the Acquire loads of fragment frees.
-    #[inline]
-    pub fn bias_slot(&self, idx: u32) -> &AtomicU32 {
-        &self.metas[idx as usize].next
-    }
-
-    /// Hints the processor to bring frame `idx`'s metadata into cache.
-    #[inline]
-    pub fn prefetch(&self, idx: u32) {
-        if let Some(m) = self.metas.get(idx as usize) {
-            prefetch_read(m as *const PageMeta as *const u8);
-        }
-    }
-}
-
-#[inline(always)]
-#[allow(unsafe_code)]
-fn prefetch_read(p: *const u8) {
-    #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: `_mm_prefetch` is a hint; it never faults and reads nothing the program
-    // observes, and SSE is part of the x86-64 baseline.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
-    }
-    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
-    let _ = p;
 }
 
 /// An intrusive doubly linked list of block heads, by frame index.
@@ -364,7 +437,8 @@ impl FrameList {
     }
 
     #[inline]
-    pub fn push_head(&mut self, t: &FrameTable, idx: u32) {
+    pub fn push_head<'a>(&mut self, t: impl Into<Frames<'a>>, idx: u32) {
+        let t = t.into();
         t.set_prev(idx, NIL);
         t.set_next(idx, self.head);
         if self.head == NIL {
@@ -376,7 +450,8 @@ impl FrameList {
     }
 
     #[inline]
-    pub fn push_tail(&mut self, t: &FrameTable, idx: u32) {
+    pub fn push_tail<'a>(&mut self, t: impl Into<Frames<'a>>, idx: u32) {
+        let t = t.into();
         t.set_next(idx, NIL);
         t.set_prev(idx, self.tail);
         if self.tail == NIL {
@@ -388,7 +463,8 @@ impl FrameList {
     }
 
     #[inline]
-    pub fn unlink(&mut self, t: &FrameTable, idx: u32) {
+    pub fn unlink<'a>(&mut self, t: impl Into<Frames<'a>>, idx: u32) {
+        let t = t.into();
         let p = t.prev(idx);
         let n = t.next(idx);
         if p == NIL {
@@ -439,7 +515,7 @@ mod tests {
 
     #[test]
     fn list_push_and_unlink_keep_links_consistent() {
-        let t = FrameTable::new(8).unwrap();
+        let t = FrameTable::new(0, 8).unwrap();
         let mut l = FrameList::EMPTY;
         l.push_head(&t, 3);
         l.push_tail(&t, 5);

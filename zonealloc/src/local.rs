@@ -268,30 +268,19 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             }
         }
         if got < n {
+            // Whole free blocks cut into blocks of `order` (each its own head, as
+            // `split_page` leaves pages): a list operation or a few per free block,
+            // not per block taken; and the last block whole even when it overshoots
+            // the batch (see `rmqueue_bulk`), where the zone stays above its low
+            // watermark with a second batch gone too.
+            let whole = z.watermark_fast(order, need + ((n as u64) << order.0), highest, flags);
             let mut zl = z.lock();
-            let mut left = (n - got) as u64;
-            // One block the size of the rest of the batch, cut into blocks of
-            // `order` (each its own head, as `split_page` leaves pages): one list
-            // operation instead of one or more per block. Only when no smaller
-            // free block would have been used first (see `rmqueue_batch_block`).
-            let k = crate::types::ilog2(left);
-            let big = Order(order.0 + k as u8);
-            if k > 0 && big <= z.pageblock_order && big <= z.max_order {
-                if let Some(head) = zl.rmqueue_batch_block(order, big, self.mt, flags) {
-                    for i in 0..1u64 << k {
-                        let p = head.add(i << order.0);
-                        z.frames.set_word(z.idx(p), Word::cached(order));
-                        stack.push(p);
-                    }
-                    left -= 1 << k;
-                }
-            }
-            let taken = zl.rmqueue_bulk(order, self.mt, flags, left, |p| {
+            let taken = zl.rmqueue_bulk(order, self.mt, flags, (n - got) as u64, whole, |p| {
                 z.frames.set_word(z.idx(p), Word::cached(order));
                 stack.push(p);
             });
             drop(zl);
-            let pages = ((n - got) as u64 - left + taken) << order.0;
+            let pages = taken << order.0;
             z.events.pgalloc.inc(pages);
         }
         drop(pcp);

@@ -296,11 +296,13 @@ impl PcpLocked<'_> {
         let z = self.zone;
         let cpu = self.cpu as u8;
         let list = &mut self.pcp.lists[pindex];
-        let got = z.lock().rmqueue_bulk(order, mt, flags, count, |pfn| {
-            let idx = z.idx(pfn);
-            z.frames.set_word(idx, Word::pcp(order, cpu));
-            list.push_tail(&z.frames, idx);
-        });
+        let got = z
+            .lock()
+            .rmqueue_bulk(order, mt, flags, count, false, |pfn| {
+                let idx = z.idx(pfn);
+                z.frames.set_word(idx, Word::pcp(order, cpu));
+                list.push_tail(&z.frames, idx);
+            });
         let c = self.pcp.count + (got << order.0);
         self.set_count(c);
         self.slot.stats.refills.add(1);

@@ -143,7 +143,7 @@ impl Zone {
         let no_memory = ConfigError::Metadata {
             bytes: spanned.saturating_mul(core::mem::size_of::<PageMeta>() as u64),
         };
-        let frames = FrameTable::new(spanned as usize).ok_or(no_memory)?;
+        let frames = FrameTable::new(start, spanned as usize).ok_or(no_memory)?;
         let mut holes = 0u64;
         for &(h, n) in &zc.holes {
             for p in h.0..h.0 + n {
