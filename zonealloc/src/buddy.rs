@@ -405,18 +405,32 @@ impl ZoneLocked<'_> {
         // The block's head stops being a head if it merges downwards.
         t.set_word(t.idx(pfn), Word::TAIL);
         let (mut pfn, mut order) = (pfn, order);
-        let mut buddy = Pfn(0);
+        // The buddy at each order is known before any merge (the merged block's
+        // head only loses bits), so each round reads the state of the next order's
+        // buddy along with this one's: the two loads overlap, and when this round
+        // ends the merging, the next one's is what `buddy_merge_likely()` asks for.
+        let mut w = self.word_or_hole(t, pfn.buddy(order));
+        let mut tail = to_tail;
         while order < max {
-            buddy = pfn.buddy(order);
-            if !self.is_free_block_in(t, buddy, order) {
-                break;
-            }
+            let buddy = pfn.buddy(order);
+            let up = Order(order.0 + 1);
+            let parent = Pfn(pfn.0 & buddy.0);
+            let next = if up < max {
+                self.word_or_hole(t, parent.buddy(up))
+            } else {
+                Word::HOLE
+            };
+            let mut merge = w == Word::buddy(order);
             let mut buddy_mt = mt;
-            if order >= pb {
+            if merge && order >= pb {
                 buddy_mt = z.blocks.migratetype(buddy);
-                if buddy_mt != mt && (!mt.is_mergeable() || !buddy_mt.is_mergeable()) {
-                    break;
-                }
+                merge = buddy_mt == mt || (mt.is_mergeable() && buddy_mt.is_mergeable());
+            }
+            if !merge {
+                // `buddy_merge_likely()`: the block one order up may soon merge
+                // too, so this one goes to the tail.
+                tail |= next == Word::buddy(up);
+                break;
             }
             self.del_free_in(t, buddy, order, buddy_mt);
             if buddy_mt != mt {
@@ -425,23 +439,21 @@ impl ZoneLocked<'_> {
                 *d = d.with(-n, buddy_mt).with(n, mt);
                 self.change_pageblock_range(buddy, order, mt);
             }
-            pfn = Pfn(pfn.0 & buddy.0);
-            order = Order(order.0 + 1);
+            pfn = parent;
+            order = up;
+            w = next;
         }
-        let tail = to_tail || self.buddy_merge_likely(t, pfn, buddy, order);
         self.add_free_in(t, pfn, order, mt, tail);
     }
 
-    /// `buddy_merge_likely()`: whether the buddy of the block one order up is free, so
-    /// that this block, kept at the tail, may soon merge twice.
+    /// The state word of frame `pfn`, `Hole` outside the zone.
     #[inline(always)]
-    fn buddy_merge_likely(&self, t: Frames<'_>, pfn: Pfn, buddy: Pfn, order: Order) -> bool {
-        if order.0 + 1 >= self.zone.max_order.0 {
-            return false;
+    fn word_or_hole(&self, t: Frames<'_>, pfn: Pfn) -> Word {
+        if t.contains(pfn) {
+            t.word(t.idx(pfn))
+        } else {
+            Word::HOLE
         }
-        let higher = Pfn(buddy.0 & pfn.0);
-        let up = Order(order.0 + 1);
-        self.is_free_block_in(t, higher.buddy(up), up)
     }
 
     /// Frees every present frame in the largest naturally aligned chunks
