@@ -380,8 +380,13 @@ impl ZoneLocked<'_> {
         let t = z.frames.view();
         let n = order.nr_pages() as i64;
         let mut d = FreeDelta::default();
+        // Consecutive blocks are mostly of one pageblock type: one masked compare
+        // confirms the last type, and only a change decodes the byte in full.
+        let mut mt = Migratetype::Unmovable;
         for &pfn in blocks {
-            let mt = z.blocks.migratetype(pfn);
+            if !z.blocks.is_type(pfn, mt) {
+                mt = z.blocks.migratetype(pfn);
+            }
             d = d.with(n, mt);
             self.merge_free_inline(t, pfn, order, mt, false, &mut d);
         }
@@ -449,11 +454,7 @@ impl ZoneLocked<'_> {
     /// The state word of frame `pfn`, `Hole` outside the zone.
     #[inline(always)]
     fn word_or_hole(&self, t: Frames<'_>, pfn: Pfn) -> Word {
-        if t.contains(pfn) {
-            t.word(t.idx(pfn))
-        } else {
-            Word::HOLE
-        }
+        t.word_of(pfn).unwrap_or(Word::HOLE)
     }
 
     /// Frees every present frame in the largest naturally aligned chunks
@@ -573,9 +574,9 @@ impl ZoneLocked<'_> {
     }
 
     /// `rmqueue_bulk()`'s locked part: up to `count` blocks of `order` for a request
-    /// of type `mt`, each handed to `put` (in ascending address order within each
-    /// block taken), one fallback mode kept across the batch. Returns how many were
-    /// taken.
+    /// of type `mt`, handed to `put` as runs (`put(first, n)`: `n` blocks of `order`
+    /// at ascending addresses from `first`), one fallback mode kept across the
+    /// batch. Returns how many were taken.
     ///
     /// Linux takes the blocks one `__rmqueue()` at a time. From its own type's lists
     /// that always splits the smallest free block, and the halves a split puts back
@@ -599,7 +600,7 @@ impl ZoneLocked<'_> {
         flags: AllocFlags,
         count: u64,
         whole: bool,
-        mut put: impl FnMut(Pfn),
+        mut put: impl FnMut(Pfn, u64),
     ) -> u64 {
         let mt = self.request_type(mt);
         let mut mode = RmqueueMode::Normal;
@@ -618,16 +619,14 @@ impl ZoneLocked<'_> {
                     crate::types::ilog2(count - got).min(size)
                 };
                 self.del_and_expand(pfn, Order(order.0 + k as u8), cur, mt);
-                for i in 0..1u64 << k {
-                    put(pfn.add(i << order.0));
-                }
+                put(pfn, 1 << k);
                 got += 1 << k;
                 continue;
             }
             let Some(pfn) = self.rmqueue(order, mt, flags, &mut mode) else {
                 break;
             };
-            put(pfn);
+            put(pfn, 1);
             got += 1;
         }
         got

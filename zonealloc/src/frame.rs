@@ -133,6 +133,12 @@ impl Word {
     pub const fn refcount(self) -> u32 {
         (self.0 >> 32) as u32
     }
+    /// The word with its `aux` byte cleared: compares states that differ only
+    /// in it (an allocated head's migratetype) with one masked compare.
+    #[inline]
+    pub const fn sans_aux(self) -> Word {
+        Word(self.0 & !(0xff << 16))
+    }
     #[inline]
     pub const fn with_refcount(self, r: u32) -> Word {
         Word((self.0 & 0xffff_ffff) | (r as u64) << 32)
@@ -357,6 +363,15 @@ impl Frames<'_> {
     #[inline]
     pub fn contains(&self, pfn: Pfn) -> bool {
         pfn.0.wrapping_sub(self.base) < self.metas.len() as u64
+    }
+
+    /// The state word of frame `pfn`, `None` outside the table: one bounds
+    /// check for both questions.
+    #[inline]
+    pub fn word_of(&self, pfn: Pfn) -> Option<Word> {
+        let i = usize::try_from(pfn.0.wrapping_sub(self.base)).ok()?;
+        let m = self.metas.get(i)?;
+        Some(Word(m.word.load(Ordering::Acquire)))
     }
 
     /// The index of frame `pfn`. Caller checked `contains(pfn)`.

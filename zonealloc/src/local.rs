@@ -275,9 +275,13 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             // watermark with a second batch gone too.
             let whole = z.watermark_fast(order, need + ((n as u64) << order.0), highest, flags);
             let mut zl = z.lock();
-            let taken = zl.rmqueue_bulk(order, self.mt, flags, (n - got) as u64, whole, |p| {
-                z.frames.set_word(z.idx(p), Word::cached(order));
-                stack.push(p);
+            let t = z.frames.view();
+            let taken = zl.rmqueue_bulk(order, self.mt, flags, (n - got) as u64, whole, |p, k| {
+                let first = t.idx(p);
+                for i in 0..k as u32 {
+                    t.set_word(first + (i << order.0), Word::cached(order));
+                }
+                stack.extend((0..k).map(|i| p.add(i << order.0)));
             });
             drop(zl);
             let pages = taken << order.0;
@@ -319,14 +323,12 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             return za.free_pages_by(self.cpu, pfn, order, Holder::Raw);
         }
         // The common case, checked inline: a plain allocated head of this order
-        // with its last reference. The compare-and-swap is the same one
+        // (no flag, any type) with its last reference, in one masked compare. The
+        // compare-and-swap is the same one
         // `update_head` makes, so a racing free still has exactly one winner.
         let idx = z.idx(pfn);
         let w = z.frames.word(idx);
-        if w.tag() == Tag::Alloc
-            && w.order() == order
-            && w.flags() == 0
-            && w.refcount() == 1
+        if w.sans_aux() == Word::new(Tag::Alloc, order.0, 0, 1)
             && z.frames.cas_word(idx, w, Word::cached(order)).is_ok()
         {
             self.keep(pfn, order);

@@ -296,12 +296,16 @@ impl PcpLocked<'_> {
         let z = self.zone;
         let cpu = self.cpu as u8;
         let list = &mut self.pcp.lists[pindex];
+        let t = z.frames.view();
         let got = z
             .lock()
-            .rmqueue_bulk(order, mt, flags, count, false, |pfn| {
-                let idx = z.idx(pfn);
-                z.frames.set_word(idx, Word::pcp(order, cpu));
-                list.push_tail(&z.frames, idx);
+            .rmqueue_bulk(order, mt, flags, count, false, |first, k| {
+                let first = t.idx(first);
+                for i in 0..k as u32 {
+                    let idx = first + (i << order.0);
+                    t.set_word(idx, Word::pcp(order, cpu));
+                    list.push_tail(t, idx);
+                }
             });
         let c = self.pcp.count + (got << order.0);
         self.set_count(c);
