@@ -24,7 +24,8 @@
 //!
 //! ```text
 //!   alloc:  pop -> store Alloc          refill: `batch` blocks, this CPU's list first,
-//!                                               the rest from the buddy (one zone lock)
+//!                                               the rest from the buddy (one zone lock,
+//!                                               whole free blocks cut up)
 //!   free:   CAS Alloc -> Cached -> push   flush: `batch` blocks to the buddy (one zone
 //!                                               lock, buddies prefetched before it)
 //! ```
@@ -40,7 +41,12 @@
 //! its `Gfp` may use, and only blocks whose pageblock type is the one its requests
 //! draw from (so it never mixes mobility types); anything else goes through the
 //! ordinary paths. Refills check the zone's low watermark for the whole batch and
-//! fall back to `alloc_pages` (slow path, drains and all) when it fails. In the
+//! fall back to `alloc_pages` (slow path, drains and all) when it fails. A refill
+//! takes free blocks whole and cuts them up, the smallest first as Linux's
+//! one-at-a-time refill would; where the zone stays above the watermark with a
+//! second batch gone, it takes the last of them whole too, so a refill may bring up
+//! to a batch less one more than asked and leaves no remnant for the next to start
+//! from. In the
 //! zone's statistics a cached block counts as allocated (to the cache); the debug
 //! modes poison a block when it enters the cache and check it when it leaves.
 
@@ -144,9 +150,11 @@ impl<B: Backend> ZoneAllocator<B> {
 }
 
 impl<'a, B: Backend> LocalCache<'a, B> {
-    /// Sets how many blocks a refill takes and a flush gives back (at least 1; the
-    /// cache holds twice that many of each order before it flushes, at most
-    /// `LOCAL_CACHE_MAX_BATCHES` times as many once its limit has grown).
+    /// Sets how many blocks a refill takes and a flush gives back (at least 1; a
+    /// refill well above the watermark may take up to one less than twice that, so
+    /// as to take its last free block whole; the cache holds twice that many of
+    /// each order before it flushes, at most `LOCAL_CACHE_MAX_BATCHES` times as many
+    /// once its limit has grown).
     pub fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch.max(1);
         self
@@ -231,10 +239,11 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         za.alloc_pages_node_on(self.cpu, 0, self.gfp, order, Head::PLAIN)
     }
 
-    /// Takes up to `batch` blocks of `order`, if the zone stays above its low
-    /// watermark with all of them gone: first what this CPU's list holds, then the
-    /// rest straight from the buddy lists under one zone lock hold (the per-CPU
-    /// list would only pass them through).
+    /// Takes `batch` blocks of `order` (up to one less than twice that, see
+    /// `rmqueue_bulk`'s `whole`), if the zone stays above its low watermark with
+    /// all of them gone: first what this CPU's list holds, then the rest straight
+    /// from the buddy lists under one zone lock hold (the per-CPU list would only
+    /// pass them through).
     /// Returns whether it took any.
     fn refill(&mut self, order: Order) -> bool {
         let (za, z) = (self.za, self.zone);
