@@ -847,3 +847,110 @@ impl ZoneLocked<'_> {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, PcpConfig};
+    use crate::gfp::Gfp;
+    use crate::{AbstractFrames, ZoneAllocator};
+    use alloc::format;
+    use alloc::vec::Vec;
+
+    /// A 16 MiB zone without per-CPU lists, filled at order 0 and then given back
+    /// in part, in an order and a pattern set by `seed`: free blocks of every order,
+    /// on lists in no particular order.
+    fn fragmented(seed: u64) -> ZoneAllocator<AbstractFrames> {
+        let za = ZoneAllocator::new(Config {
+            min_free_kbytes: Some(0),
+            pcp: PcpConfig {
+                enabled: false,
+                ..PcpConfig::default()
+            },
+            ..Config::with_bytes(16 << 20)
+        })
+        .unwrap();
+        let mut held = Vec::new();
+        while let Ok(p) = za.alloc_pages(Gfp::KERNEL, Order(0)) {
+            held.push(p);
+        }
+        let mut x = seed | 1;
+        for i in (1..held.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            held.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        // Three pages in four back, the rest kept: remnants at every order.
+        for (i, &p) in held.iter().enumerate() {
+            if i % 4 != 0 {
+                za.free_pages(p, Order(0)).unwrap();
+            }
+        }
+        za
+    }
+
+    /// The free lists, heads in list order, and every counter they keep.
+    fn lists(zl: &ZoneLocked<'_>) -> (Vec<Vec<u32>>, Vec<u32>, Vec<u64>, u64) {
+        let z = zl.zone;
+        let mut heads = Vec::new();
+        let mut counts = Vec::new();
+        for (o, row) in zl.area.lists.iter().enumerate() {
+            for (m, l) in row.iter().enumerate() {
+                heads.push(l.iter(&z.frames).collect());
+                counts.push(z.counters.nr_free[o][m].get());
+            }
+        }
+        let nonempty = zl.area.nonempty.to_vec();
+        (heads, nonempty, counts, z.counters.nr_free_pages.get())
+    }
+
+    #[test]
+    fn bulk_takes_what_the_one_at_a_time_walk_takes() {
+        for seed in [1, 2, 3] {
+            for order in 0..=3u8 {
+                // Movable requests of a zone whose blocks are all Unmovable take
+                // the fallback paths too.
+                for mt in [Migratetype::Unmovable, Migratetype::Movable] {
+                    for (count, whole) in [1, 5, 31, 63, 500]
+                        .into_iter()
+                        .flat_map(|c| [(c, false), (c, true)])
+                    {
+                        let (a, b) = (fragmented(seed), fragmented(seed));
+                        let order = Order(order);
+                        let flags = AllocFlags::fast(Gfp::KERNEL, order.0);
+                        let mut bulk = Vec::new();
+                        let mut za = a.zones[0].lock();
+                        let got = za.rmqueue_bulk(order, mt, flags, count, whole, |p, n| {
+                            bulk.extend((0..n).map(|i| p.add(i << order.0)));
+                        });
+                        assert_eq!(got, bulk.len() as u64);
+                        // Exactly `count` blocks, or with `whole` fewer than twice as
+                        // many: the walk's first ones, as if it had gone on.
+                        if whole {
+                            assert!(got < 2 * count);
+                        } else {
+                            assert!(got <= count);
+                        }
+                        let mut walk = Vec::new();
+                        let mut zb = b.zones[0].lock();
+                        let rt = zb.request_type(mt);
+                        let mut mode = RmqueueMode::Normal;
+                        while (walk.len() as u64) < got.max(count) {
+                            match zb.rmqueue(order, rt, flags, &mut mode) {
+                                Some(p) => walk.push(p),
+                                None => break,
+                            }
+                        }
+                        assert!(!walk.is_empty());
+                        let at = format!(
+                            "seed {seed} order {order:?} {mt:?} count {count} whole {whole}"
+                        );
+                        assert_eq!(bulk, walk, "{at}");
+                        assert_eq!(lists(&za), lists(&zb), "lists left behind differ: {at}");
+                    }
+                }
+            }
+        }
+    }
+}
