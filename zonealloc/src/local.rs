@@ -46,9 +46,9 @@
 //! one-at-a-time refill would; where the zone stays above the watermark with a
 //! second batch gone, it takes the last of them whole too, so a refill may bring up
 //! to a batch less one more than asked and leaves no remnant for the next to start
-//! from. In the
-//! zone's statistics a cached block counts as allocated (to the cache); the debug
-//! modes poison a block when it enters the cache and check it when it leaves.
+//! from. In the zone's statistics a cached block counts as allocated (to the
+//! cache); the debug modes poison a block when it enters the cache and check it
+//! when it leaves.
 
 use alloc::vec::Vec;
 
@@ -333,8 +333,8 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         }
         // The common case, checked inline: a plain allocated head of this order
         // (no flag, any type) with its last reference, in one masked compare. The
-        // compare-and-swap is the same one
-        // `update_head` makes, so a racing free still has exactly one winner.
+        // compare-and-swap is the same one `update_head` makes, so a racing free
+        // still has exactly one winner.
         let idx = z.idx(pfn);
         let w = z.frames.word(idx);
         if w.sans_aux() == Word::new(Tag::Alloc, order.0, 0, 1)
