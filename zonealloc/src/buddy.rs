@@ -198,13 +198,7 @@ impl ZoneLocked<'_> {
     /// `page_is_buddy()`: `pfn` is in this zone and heads a free block of `order`.
     #[inline]
     fn is_free_block(&self, pfn: Pfn, order: Order) -> bool {
-        self.is_free_block_in(self.zone.frames.view(), pfn, order)
-    }
-
-    /// `is_free_block` through a view the caller holds (see `Frames`).
-    #[inline(always)]
-    fn is_free_block_in(&self, t: Frames<'_>, pfn: Pfn, order: Order) -> bool {
-        t.contains(pfn) && t.word(t.idx(pfn)) == Word::buddy(order)
+        self.word_or_hole(self.zone.frames.view(), pfn) == Word::buddy(order)
     }
 
     // ---------------------------------------------------------------------------
@@ -451,7 +445,9 @@ impl ZoneLocked<'_> {
         self.add_free_in(t, pfn, order, mt, tail);
     }
 
-    /// The state word of frame `pfn`, `Hole` outside the zone.
+    /// The state word of frame `pfn`, `Hole` outside the zone: a plain word, so
+    /// the merge loop compares it without first testing an `Option` (which
+    /// measured slower there).
     #[inline(always)]
     fn word_or_hole(&self, t: Frames<'_>, pfn: Pfn) -> Word {
         t.word_of(pfn).unwrap_or(Word::HOLE)
