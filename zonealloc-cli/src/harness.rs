@@ -234,6 +234,9 @@ pub struct Ctx {
     /// The CPUs this process may run on (empty if unknown): thread `i` of a run of
     /// at most that many threads is pinned to `cpus[i]`.
     pub cpus: Vec<usize>,
+    /// The other allocators the `peers` experiment runs beside zonealloc, by
+    /// `--peers` key; empty: all of them.
+    pub peers: Vec<String>,
     progress: ProgressBar,
     /// Prefix of the progress message, e.g. "[1/3] pcp".
     label: String,
@@ -249,6 +252,7 @@ impl Ctx {
             warmup: 1,
             threads: default_threads(cpus.len()),
             cpus,
+            peers: Vec::new(),
             progress,
             label: String::new(),
         }

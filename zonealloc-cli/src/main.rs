@@ -1,6 +1,7 @@
 //! `zonealloc`: the benchmark suite and a statistics demo of the zonealloc crate.
 //!
-//! * `zonealloc bench [--quick] [--rounds N] [--threads LIST] [--out DIR] [EXPERIMENT...]` runs the
+//! * `zonealloc bench [--quick] [--rounds N] [--threads LIST] [--peers LIST]
+//!   [--out DIR] [EXPERIMENT...]` runs the
 //!   registered experiments (all by default), each comparing variants interleaved in
 //!   this one process, prints a machine header and a table per comparison, and
 //!   writes `DIR/results.json` (every figure) and PNG charts. `--quick` is CI scale
@@ -92,6 +93,12 @@ struct BenchArgs {
     /// threads pins one thread per CPU.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Vec<u16>,
+    /// The other allocators the `peers` experiment runs beside zonealloc's rows and
+    /// the limit, comma-separated (default: all): bsa-frame, bsa-heap, fa-depot,
+    /// fa-summary, offset, rlsf, mimalloc, jemalloc, mmap. Its targets then compare
+    /// with the best of these.
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
     /// List the experiments and exit.
     #[arg(long)]
     list: bool,
@@ -158,6 +165,18 @@ fn bench(args: BenchArgs) -> ExitCode {
     if selected.is_empty() {
         selected = REGISTRY.to_vec();
     }
+    if let Some(p) = args
+        .peers
+        .iter()
+        .find(|p| !experiments::peers::peer_keys().any(|k| k == p.as_str()))
+    {
+        let known: Vec<&str> = experiments::peers::peer_keys().collect();
+        eprintln!(
+            "zonealloc bench: no peer named {p:?} (known: {})",
+            known.join(", ")
+        );
+        return ExitCode::from(2);
+    }
     if let Err(e) = std::fs::create_dir_all(&args.out) {
         eprintln!("zonealloc bench: cannot create {}: {e}", args.out.display());
         return ExitCode::FAILURE;
@@ -177,6 +196,7 @@ fn bench(args: BenchArgs) -> ExitCode {
         ctx.rounds = r.into();
     }
     ctx.set_threads(args.threads.iter().map(|&t| t.into()).collect());
+    ctx.peers = args.peers.clone();
     out!(
         "zonealloc bench: {} scale, {} measured rounds (+{} warm-up) per comparison, variants interleaved",
         if args.quick { "quick" } else { "full" },
@@ -309,4 +329,31 @@ fn stats() {
     out!("== /proc/vmstat\n{}", za.vmstat());
     out!("== extfrag/unusable_index\n{}", za.unusable_index());
     out!("== extfrag/extfrag_index\n{}", za.extfrag_index());
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_peers_option_names_every_peer_the_experiment_knows() {
+        let mut cli = Cli::command();
+        let bench = cli.find_subcommand_mut("bench").expect("a bench command");
+        let help = bench.render_long_help().to_string();
+        for key in experiments::peers::peer_keys() {
+            assert!(help.contains(key), "--peers help leaves out {key}");
+        }
+    }
+
+    #[test]
+    fn the_peers_option_takes_a_comma_separated_list() {
+        let cli = Cli::try_parse_from(["zonealloc", "bench", "--peers", "fa-summary,mmap"])
+            .expect("parses");
+        let Cmd::Bench(args) = cli.cmd else {
+            panic!("not the bench command");
+        };
+        assert_eq!(args.peers, ["fa-summary", "mmap"]);
+    }
 }

@@ -131,6 +131,30 @@ impl Id {
         }
     }
 
+    /// What `zonealloc bench --peers` calls the row (the limit and zonealloc's two rows
+    /// always run).
+    fn key(self) -> &'static str {
+        match self {
+            Id::Limit => "limit",
+            Id::Zonealloc => "zonealloc",
+            Id::ZaLocal => "local-cache",
+            Id::BsaFrame => "bsa-frame",
+            Id::BsaHeap => "bsa-heap",
+            Id::FaDepot => "fa-depot",
+            Id::FaSummary => "fa-summary",
+            Id::Offset => "offset",
+            Id::Rlsf => "rlsf",
+            Id::MiMalloc => "mimalloc",
+            Id::JeMalloc => "jemalloc",
+            Id::Mmap => "mmap",
+        }
+    }
+
+    /// The limit and zonealloc's rows: in every run.
+    fn always(self) -> bool {
+        matches!(self, Id::Limit | Id::Zonealloc | Id::ZaLocal)
+    }
+
     /// Name in the thread runs, with the lock a user adds.
     fn threaded_name(self) -> &'static str {
         match self {
@@ -176,6 +200,20 @@ impl Id {
     }
 }
 
+/// The other allocators `zonealloc bench --peers` may name.
+pub fn peer_keys() -> impl Iterator<Item = &'static str> {
+    Id::ALL.into_iter().filter(|id| !id.always()).map(Id::key)
+}
+
+/// The rows of this run, in table order: the limit and zonealloc's two, and the
+/// other allocators `--peers` names (all of them when it names none).
+fn chosen(peers: &[String]) -> Vec<Id> {
+    Id::ALL
+        .into_iter()
+        .filter(|&id| id.always() || peers.is_empty() || peers.iter().any(|p| p == id.key()))
+        .collect()
+}
+
 impl Experiment for Peers {
     fn name(&self) -> &'static str {
         "peers"
@@ -189,13 +227,25 @@ impl Experiment for Peers {
 
     fn run(&self, ctx: &mut Ctx) -> ExperimentResult {
         let mut res = ExperimentResult::new(self);
+        let ids = chosen(&ctx.peers);
         res.param("arena (every peer)", format!("{} MiB", ARENA_BYTES >> 20));
-        for id in Id::ALL {
+        for &id in &ids {
             res.param(&format!("peer {}", id.name()), id.what());
         }
-        single_threaded(ctx, &mut res);
-        threads(ctx, &mut res);
-        capacity(ctx, &mut res);
+        if !ctx.peers.is_empty() {
+            res.notes.push(format!(
+                "peers: only {} ran beside zonealloc (--peers); every \"best peer\" below is \
+                 the best of those",
+                ids.iter()
+                    .filter(|id| !id.always())
+                    .map(|id| id.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        single_threaded(ctx, &mut res, &ids);
+        threads(ctx, &mut res, &ids);
+        capacity(ctx, &mut res, &ids);
         res
     }
 }
@@ -464,11 +514,16 @@ impl Singles {
     }
 
     /// The runners as harness variants, with every row's handle.
-    fn variants<'a, W: Workload>(&'a mut self, w: &'a W) -> (Variants<'a>, Handles<Id>) {
+    fn variants<'a, W: Workload>(
+        &'a mut self,
+        w: &'a W,
+        chosen: &[Id],
+    ) -> (Variants<'a>, Handles<Id>) {
         let mut variants = Variants::new();
         let ids: Handles<Id> = self
             .runners(w)
             .into_iter()
+            .filter(|(id, _)| chosen.contains(id))
             .map(|(id, r)| (id, variants.add(id.name(), r)))
             .collect();
         (variants, ids)
@@ -504,9 +559,8 @@ struct Comparison<'s> {
 /// The best of the other allocators by `better` (`f64::min` for times, `max` for
 /// rates): neither the limit nor zonealloc's own rows, nor mmap (a system call per
 /// block is no peer for a page allocator's fast path).
-fn best_peer(value: impl Fn(Id) -> f64, better: fn(f64, f64) -> f64) -> (f64, Id) {
-    Id::ALL
-        .iter()
+fn best_peer(ids: &[Id], value: impl Fn(Id) -> f64, better: fn(f64, f64) -> f64) -> (f64, Id) {
+    ids.iter()
         .filter(|&&id| !matches!(id, Id::Limit | Id::Zonealloc | Id::ZaLocal | Id::Mmap))
         .map(|&id| (value(id), id))
         .fold((f64::NAN, Id::Limit), |a, b| {
@@ -523,10 +577,11 @@ fn compare_peers<W: Workload>(
     ctx: &mut Ctx,
     res: &mut ExperimentResult,
     singles: &mut Singles,
+    chosen: &[Id],
     w: &W,
     c: Comparison<'_>,
 ) {
-    let (mut variants, ids) = singles.variants(w);
+    let (mut variants, ids) = singles.variants(w, chosen);
     let s = ctx.compare(c.what, &mut variants);
     drop(variants);
     let median = |id: Id| ids.get(id).of(&s).median();
@@ -536,7 +591,7 @@ fn compare_peers<W: Workload>(
         c.bound_ns,
         "ns",
     ));
-    let (best, best_id) = best_peer(median, f64::min);
+    let (best, best_id) = best_peer(chosen, median, f64::min);
     res.targets.push(Target::at_most(
         &format!(
             "zonealloc LocalCache first in {}: its median / the best peer's ({})",
@@ -550,7 +605,7 @@ fn compare_peers<W: Workload>(
     res.tables.push(peer_table(c.id, c.title, c.metric, &s));
 }
 
-fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
+fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult, ids: &[Id]) {
     let hot_n: u64 = ctx.scale(400_000, 2_000_000);
     let mixed_ops: u64 = ctx.scale(300_000, 1_000_000);
     res.param("hot pair: pairs per run (mmap: 1/20)", hot_n);
@@ -570,6 +625,7 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
         ctx,
         res,
         &mut singles,
+        ids,
         &hot,
         Comparison {
             what: "hot order-0 pair",
@@ -588,6 +644,7 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
         ctx,
         res,
         &mut singles,
+        ids,
         &fill,
         Comparison {
             what: "fill/drain",
@@ -616,12 +673,14 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
             ));
         }
     }
-    res.notes.push(format!(
+    if ids.contains(&Id::BsaHeap) {
+        res.notes.push(format!(
         "fill/drain: bsa Heap fills only 1/{BSA_HEAP_FILL_DIV} of the arena ({} blocks): its free \
          walks the whole free list of the order (O(free blocks), bsa issue #11), so its figure \
          would be far higher at the full fill",
         ARENA_FRAMES / BSA_HEAP_FILL_DIV
     ));
+    }
 
     let mixed = Mixed {
         ops: mixed_ops,
@@ -631,6 +690,7 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
         ctx,
         res,
         &mut singles,
+        ids,
         &mixed,
         Comparison {
             what: "mixed orders",
@@ -660,7 +720,11 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult) {
         ops: mixed_ops,
         counts: RefCell::new(Vec::new()),
     };
-    for (_, mut run) in singles.runners(&check) {
+    for (_, mut run) in singles
+        .runners(&check)
+        .into_iter()
+        .filter(|(id, _)| ids.contains(id))
+    {
         run();
     }
     let rows: Vec<(String, f64)> = check
@@ -790,25 +854,29 @@ struct Shareds {
     rlsf: Mutex<RlsfPeer>,
 }
 
-/// Adds to `variants` the thread run of peer `id` (instance `s`) at `t` threads;
-/// returns its handle, keyed by peer and thread count.
+/// Adds to `variants` the thread run of peer `id` (instance `s`) at `t` threads when
+/// the run has that peer; returns its handle, keyed by peer and thread count.
 fn shared_variant<'a, S: SharedPeer>(
     variants: &mut Variants<'a>,
+    chosen: &[Id],
     id: Id,
     s: &'a S,
     t: usize,
     dur: Duration,
     cpus: &'a [usize],
-) -> ((Id, usize), VariantId) {
+) -> Option<((Id, usize), VariantId)> {
+    if !chosen.contains(&id) {
+        return None;
+    }
     let mut round = 0u64;
     let handle = variants.add(format!("{} {t}t", id.threaded_name()), move || {
         round += 1;
         throughput(s, t, dur, cpus, SEED ^ (round << 8))
     });
-    ((id, t), handle)
+    Some(((id, t), handle))
 }
 
-fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
+fn threads(ctx: &mut Ctx, res: &mut ExperimentResult, chosen: &[Id]) {
     let dur = Duration::from_millis(ctx.scale(60, 300));
     res.param("threads: run length (ms)", dur.as_millis());
     res.param("threads: live window per thread (order-0 blocks)", WINDOW);
@@ -830,20 +898,24 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let mut ids = Vec::new();
     for &t in &threads {
         let v = &mut variants;
-        ids.extend([
-            shared_variant(v, Id::Limit, &sh.floor, t, dur, &cpus),
-            shared_variant(v, Id::Zonealloc, &sh.za, t, dur, &cpus),
-            shared_variant(v, Id::ZaLocal, &sh.za_local, t, dur, &cpus),
-            shared_variant(v, Id::BsaFrame, &sh.bsa_frame, t, dur, &cpus),
-            shared_variant(v, Id::BsaHeap, &sh.bsa_heap, t, dur, &cpus),
-            shared_variant(v, Id::FaDepot, &sh.fa_depot, t, dur, &cpus),
-            shared_variant(v, Id::FaSummary, &sh.fa_summary, t, dur, &cpus),
-            shared_variant(v, Id::Offset, &sh.offset, t, dur, &cpus),
-            shared_variant(v, Id::Rlsf, &sh.rlsf, t, dur, &cpus),
-            shared_variant(v, Id::MiMalloc, &MiMalloc, t, dur, &cpus),
-            shared_variant(v, Id::JeMalloc, &JeMalloc, t, dur, &cpus),
-            shared_variant(v, Id::Mmap, &Mmap, t, dur, &cpus),
-        ]);
+        ids.extend(
+            [
+                shared_variant(v, chosen, Id::Limit, &sh.floor, t, dur, &cpus),
+                shared_variant(v, chosen, Id::Zonealloc, &sh.za, t, dur, &cpus),
+                shared_variant(v, chosen, Id::ZaLocal, &sh.za_local, t, dur, &cpus),
+                shared_variant(v, chosen, Id::BsaFrame, &sh.bsa_frame, t, dur, &cpus),
+                shared_variant(v, chosen, Id::BsaHeap, &sh.bsa_heap, t, dur, &cpus),
+                shared_variant(v, chosen, Id::FaDepot, &sh.fa_depot, t, dur, &cpus),
+                shared_variant(v, chosen, Id::FaSummary, &sh.fa_summary, t, dur, &cpus),
+                shared_variant(v, chosen, Id::Offset, &sh.offset, t, dur, &cpus),
+                shared_variant(v, chosen, Id::Rlsf, &sh.rlsf, t, dur, &cpus),
+                shared_variant(v, chosen, Id::MiMalloc, &MiMalloc, t, dur, &cpus),
+                shared_variant(v, chosen, Id::JeMalloc, &JeMalloc, t, dur, &cpus),
+                shared_variant(v, chosen, Id::Mmap, &Mmap, t, dur, &cpus),
+            ]
+            .into_iter()
+            .flatten(),
+        );
     }
     let ids: Handles<(Id, usize)> = ids.into_iter().collect();
     let s = ctx.compare("threaded throughput", &mut variants);
@@ -851,7 +923,7 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let find = |id: Id, t: usize| ids.get((id, t)).of(&s);
     let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
     for &t in &threads {
-        let rows: Vec<(&str, &Samples)> = Id::ALL
+        let rows: Vec<(&str, &Samples)> = chosen
             .iter()
             .map(|&id| (id.threaded_name(), find(id, t)))
             .collect();
@@ -864,7 +936,7 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
             metric(),
             &rows,
         ));
-        let (best, best_id) = best_peer(|id| find(id, t).median(), f64::max);
+        let (best, best_id) = best_peer(chosen, |id| find(id, t).median(), f64::max);
         for id in [Id::Zonealloc, Id::ZaLocal] {
             if t > 1 || id == Id::ZaLocal {
                 res.targets.push(Target::at_least(
@@ -891,7 +963,7 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult) {
     res.scaling = Some(Scaling {
         title: "peers: alloc+free throughput against threads (window of 64 order-0 blocks)".into(),
         y_label: "M alloc+free calls/s".into(),
-        series: Id::ALL
+        series: chosen
             .iter()
             .map(|&id| Series {
                 name: id.threaded_name().into(),
@@ -944,11 +1016,11 @@ fn capacity_of(id: Id, order: u8) -> Option<f64> {
     })
 }
 
-fn capacity(ctx: &mut Ctx, res: &mut ExperimentResult) {
+fn capacity(ctx: &mut Ctx, res: &mut ExperimentResult, chosen: &[Id]) {
     ctx.status("capacity: filling fresh instances until the first failure");
     for order in [0u8, 9] {
         let mut rows: Vec<(String, f64)> = Vec::new();
-        for id in Id::ALL {
+        for &id in chosen {
             if let Some(pct) = capacity_of(id, order) {
                 let name = if id == Id::MiMalloc {
                     "mimalloc (arena)".to_owned()
@@ -1003,4 +1075,39 @@ fn capacity(ctx: &mut Ctx, res: &mut ExperimentResult) {
          min_free_kbytes=0 row is the same allocator with that reserve set to zero"
             .into(),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_choice_runs_every_row() {
+        assert_eq!(chosen(&[]), Id::ALL);
+    }
+
+    #[test]
+    fn a_choice_keeps_the_limit_and_zonealloc_rows_in_table_order() {
+        let ids = chosen(&["mmap".to_owned(), "fa-summary".to_owned()]);
+        assert_eq!(
+            ids,
+            [
+                Id::Limit,
+                Id::Zonealloc,
+                Id::ZaLocal,
+                Id::FaSummary,
+                Id::Mmap
+            ]
+        );
+    }
+
+    #[test]
+    fn every_other_allocator_has_its_own_key() {
+        let keys: Vec<&str> = peer_keys().collect();
+        assert_eq!(keys.len(), Id::ALL.iter().filter(|id| !id.always()).count());
+        for (i, k) in keys.iter().enumerate() {
+            assert!(!keys[..i].contains(k), "{k} twice");
+            assert_eq!(chosen(&[k.to_string()]).len(), 4, "{k} picks one row");
+        }
+    }
 }
