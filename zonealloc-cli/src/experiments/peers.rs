@@ -592,16 +592,19 @@ fn compare_peers<W: Workload>(
         "ns",
     ));
     let (best, best_id) = best_peer(chosen, median, f64::min);
-    res.targets.push(Target::at_most(
-        &format!(
-            "zonealloc LocalCache first in {}: its median / the best peer's ({})",
-            c.what,
-            best_id.name()
-        ),
-        median(Id::ZaLocal) / best,
-        1.0,
-        "x",
-    ));
+    // `--peers mmap` alone leaves no allocator to lead.
+    if !best.is_nan() {
+        res.targets.push(Target::at_most(
+            &format!(
+                "zonealloc LocalCache first in {}: its median / the best peer's ({})",
+                c.what,
+                best_id.name()
+            ),
+            median(Id::ZaLocal) / best,
+            1.0,
+            "x",
+        ));
+    }
     res.tables.push(peer_table(c.id, c.title, c.metric, &s));
 }
 
@@ -675,11 +678,11 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult, ids: &[Id]) {
     }
     if ids.contains(&Id::BsaHeap) {
         res.notes.push(format!(
-        "fill/drain: bsa Heap fills only 1/{BSA_HEAP_FILL_DIV} of the arena ({} blocks): its free \
-         walks the whole free list of the order (O(free blocks), bsa issue #11), so its figure \
-         would be far higher at the full fill",
-        ARENA_FRAMES / BSA_HEAP_FILL_DIV
-    ));
+            "fill/drain: bsa Heap fills only 1/{BSA_HEAP_FILL_DIV} of the arena ({} blocks): its \
+             free walks the whole free list of the order (O(free blocks), bsa issue #11), so its \
+             figure would be far higher at the full fill",
+            ARENA_FRAMES / BSA_HEAP_FILL_DIV
+        ));
     }
 
     let mixed = Mixed {
@@ -938,7 +941,7 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult, chosen: &[Id]) {
         ));
         let (best, best_id) = best_peer(chosen, |id| find(id, t).median(), f64::max);
         for id in [Id::Zonealloc, Id::ZaLocal] {
-            if t > 1 || id == Id::ZaLocal {
+            if !best.is_nan() && (t > 1 || id == Id::ZaLocal) {
                 res.targets.push(Target::at_least(
                     &format!(
                         "{} first at {t} thread{}: its median / the best peer's ({})",
