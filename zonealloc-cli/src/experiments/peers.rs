@@ -663,7 +663,9 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult, ids: &[Id]) {
         if got < want && !seen.contains(&id) {
             seen.push(id);
             let why = match id {
-                Id::Zonealloc => " (the default Config keeps Linux's min watermark free)",
+                Id::Zonealloc | Id::ZaLocal => {
+                    " (the default Config keeps Linux's min watermark free)"
+                }
                 Id::FaDepot | Id::FaSummary => " (its bitmap is carved from the arena)",
                 Id::Rlsf => " (a page-aligned block costs it a second page for its header)",
                 _ => "",
