@@ -131,13 +131,11 @@ impl Id {
         }
     }
 
-    /// What `zonealloc bench --peers` calls the row (the limit and zonealloc's two rows
-    /// always run).
-    fn key(self) -> &'static str {
-        match self {
-            Id::Limit => "limit",
-            Id::Zonealloc => "zonealloc",
-            Id::ZaLocal => "local-cache",
+    /// What `zonealloc bench --peers` calls the row; `None` for the limit and
+    /// zonealloc's two rows, which every run has.
+    fn key(self) -> Option<&'static str> {
+        Some(match self {
+            Id::Limit | Id::Zonealloc | Id::ZaLocal => return None,
             Id::BsaFrame => "bsa-frame",
             Id::BsaHeap => "bsa-heap",
             Id::FaDepot => "fa-depot",
@@ -147,12 +145,12 @@ impl Id {
             Id::MiMalloc => "mimalloc",
             Id::JeMalloc => "jemalloc",
             Id::Mmap => "mmap",
-        }
+        })
     }
 
     /// The limit and zonealloc's rows: in every run.
     fn always(self) -> bool {
-        matches!(self, Id::Limit | Id::Zonealloc | Id::ZaLocal)
+        self.key().is_none()
     }
 
     /// Name in the thread runs, with the lock a user adds.
@@ -202,7 +200,7 @@ impl Id {
 
 /// The other allocators `zonealloc bench --peers` may name.
 pub fn peer_keys() -> impl Iterator<Item = &'static str> {
-    Id::ALL.into_iter().filter(|id| !id.always()).map(Id::key)
+    Id::ALL.into_iter().filter_map(Id::key)
 }
 
 /// The rows of this run, in table order: the limit and zonealloc's two, and the
@@ -210,7 +208,10 @@ pub fn peer_keys() -> impl Iterator<Item = &'static str> {
 fn chosen(peers: &[String]) -> Vec<Id> {
     Id::ALL
         .into_iter()
-        .filter(|&id| id.always() || peers.is_empty() || peers.iter().any(|p| p == id.key()))
+        .filter(|&id| match id.key() {
+            None => true,
+            Some(k) => peers.is_empty() || peers.iter().any(|p| p == k),
+        })
         .collect()
 }
 
@@ -561,7 +562,7 @@ struct Comparison<'s> {
 /// block is no peer for a page allocator's fast path).
 fn best_peer(ids: &[Id], value: impl Fn(Id) -> f64, better: fn(f64, f64) -> f64) -> (f64, Id) {
     ids.iter()
-        .filter(|&&id| !matches!(id, Id::Limit | Id::Zonealloc | Id::ZaLocal | Id::Mmap))
+        .filter(|&&id| !id.always() && id != Id::Mmap)
         .map(|&id| (value(id), id))
         .fold((f64::NAN, Id::Limit), |a, b| {
             if a.0.is_nan() || better(a.0, b.0) == b.0 {
@@ -1109,7 +1110,8 @@ mod tests {
     #[test]
     fn every_other_allocator_has_its_own_key() {
         let keys: Vec<&str> = peer_keys().collect();
-        assert_eq!(keys.len(), Id::ALL.iter().filter(|id| !id.always()).count());
+        // Every row but the limit and zonealloc's two.
+        assert_eq!(keys.len(), Id::ALL.len() - 3);
         for (i, k) in keys.iter().enumerate() {
             assert!(!keys[..i].contains(k), "{k} twice");
             assert_eq!(chosen(&[k.to_string()]).len(), 4, "{k} picks one row");
