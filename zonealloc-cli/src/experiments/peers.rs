@@ -420,17 +420,26 @@ impl Workload for MisalignedCheck {
 // 1–3 and 6: single thread
 // -----------------------------------------------------------------------------
 
-/// One instance of every peer, as a single thread uses it.
+/// One instance of every chosen peer, as a single thread uses it (`None` for a
+/// peer the run leaves out: its arena is never mapped).
 struct Singles {
     floor: VecFloor,
     za: ZoneAllocator<Arena>,
     za_local: ZoneAllocator<Arena>,
-    bsa_frame: BsaFrameAllocator,
-    bsa_heap: BsaHeapPeer,
-    fa_depot: FrameAllocPeer<FaDepot>,
-    fa_summary: FrameAllocPeer<FaSummary>,
-    offset: OffsetPeer,
-    rlsf: RlsfPeer,
+    bsa_frame: Option<BsaFrameAllocator>,
+    bsa_heap: Option<BsaHeapPeer>,
+    fa_depot: Option<FrameAllocPeer<FaDepot>>,
+    fa_summary: Option<FrameAllocPeer<FaSummary>>,
+    offset: Option<OffsetPeer>,
+    rlsf: Option<RlsfPeer>,
+    mimalloc: Option<MiMalloc>,
+    jemalloc: Option<JeMalloc>,
+    mmap: Option<Mmap>,
+}
+
+/// `make()` when the run has peer `id`, else `None` (nothing built).
+fn built<T>(chosen: &[Id], id: Id, make: impl FnOnce() -> T) -> Option<T> {
+    chosen.contains(&id).then(make)
 }
 
 fn zonealloc_arena(config: Config) -> ZoneAllocator<Arena> {
@@ -445,21 +454,28 @@ fn zonealloc_arena(config: Config) -> ZoneAllocator<Arena> {
 }
 
 impl Singles {
-    fn new() -> Singles {
+    fn new(chosen: &[Id]) -> Singles {
         Singles {
             floor: VecFloor::new(ARENA_FRAMES),
             za: zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64)),
             za_local: zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64)),
-            bsa_frame: bsa_frame_allocator(ARENA_FRAMES),
-            bsa_heap: BsaHeapPeer::new(ARENA_BYTES),
-            fa_depot: FrameAllocPeer::depot(ARENA_BYTES, true),
-            fa_summary: FrameAllocPeer::summary(ARENA_BYTES, true),
-            offset: OffsetPeer::new(ARENA_FRAMES),
-            rlsf: RlsfPeer::new(ARENA_BYTES, true),
+            bsa_frame: built(chosen, Id::BsaFrame, || bsa_frame_allocator(ARENA_FRAMES)),
+            bsa_heap: built(chosen, Id::BsaHeap, || BsaHeapPeer::new(ARENA_BYTES)),
+            fa_depot: built(chosen, Id::FaDepot, || {
+                FrameAllocPeer::depot(ARENA_BYTES, true)
+            }),
+            fa_summary: built(chosen, Id::FaSummary, || {
+                FrameAllocPeer::summary(ARENA_BYTES, true)
+            }),
+            offset: built(chosen, Id::Offset, || OffsetPeer::new(ARENA_FRAMES)),
+            rlsf: built(chosen, Id::Rlsf, || RlsfPeer::new(ARENA_BYTES, true)),
+            mimalloc: built(chosen, Id::MiMalloc, || MiMalloc),
+            jemalloc: built(chosen, Id::JeMalloc, || JeMalloc),
+            mmap: built(chosen, Id::Mmap, || Mmap),
         }
     }
 
-    /// One runner per peer, each running `w` on its peer once per call.
+    /// One runner per peer built, each running `w` on its peer once per call.
     fn runners<'a, W: Workload>(&'a mut self, w: &'a W) -> Vec<(Id, Runner<'a>)> {
         let Singles {
             floor,
@@ -471,60 +487,61 @@ impl Singles {
             fa_summary,
             offset,
             rlsf,
+            mimalloc,
+            jemalloc,
+            mmap,
         } = self;
-        vec![
-            (Id::Limit, Box::new(move || w.run(Id::Limit, floor))),
-            (
-                Id::Zonealloc,
-                Box::new(move || w.run(Id::Zonealloc, &mut Za(&*za))),
-            ),
-            (
-                Id::ZaLocal,
-                // A cache per run, as a thread would keep one; its drop at the end
-                // of the run gives its blocks back, untimed.
-                Box::new(move || {
-                    let mut c = ZaLocal(za_local.local_cache(Gfp::KERNEL).expect("Normal zone"));
-                    w.run(Id::ZaLocal, &mut c)
-                }),
-            ),
-            (
-                Id::BsaFrame,
-                Box::new(move || w.run(Id::BsaFrame, bsa_frame)),
-            ),
-            (Id::BsaHeap, Box::new(move || w.run(Id::BsaHeap, bsa_heap))),
-            (
-                Id::FaDepot,
-                Box::new(move || w.run(Id::FaDepot, &mut fa_depot.view())),
-            ),
-            (
-                Id::FaSummary,
-                Box::new(move || w.run(Id::FaSummary, &mut fa_summary.view())),
-            ),
-            (Id::Offset, Box::new(move || w.run(Id::Offset, offset))),
-            (Id::Rlsf, Box::new(move || w.run(Id::Rlsf, rlsf))),
-            (
-                Id::MiMalloc,
-                Box::new(move || w.run(Id::MiMalloc, &mut MiMalloc)),
-            ),
-            (
-                Id::JeMalloc,
-                Box::new(move || w.run(Id::JeMalloc, &mut JeMalloc)),
-            ),
-            (Id::Mmap, Box::new(move || w.run(Id::Mmap, &mut Mmap))),
+        fn runner<'a>(id: Id, r: impl FnMut() -> f64 + 'a) -> (Id, Runner<'a>) {
+            (id, Box::new(r))
+        }
+        [
+            Some(runner(Id::Limit, move || w.run(Id::Limit, floor))),
+            Some(runner(Id::Zonealloc, move || {
+                w.run(Id::Zonealloc, &mut Za(&*za))
+            })),
+            // A cache per run, as a thread would keep one; its drop at the end of
+            // the run gives its blocks back, untimed.
+            Some(runner(Id::ZaLocal, move || {
+                let mut c = ZaLocal(za_local.local_cache(Gfp::KERNEL).expect("Normal zone"));
+                w.run(Id::ZaLocal, &mut c)
+            })),
+            bsa_frame
+                .as_mut()
+                .map(|p| runner(Id::BsaFrame, move || w.run(Id::BsaFrame, p))),
+            bsa_heap
+                .as_mut()
+                .map(|p| runner(Id::BsaHeap, move || w.run(Id::BsaHeap, p))),
+            fa_depot
+                .as_mut()
+                .map(|p| runner(Id::FaDepot, move || w.run(Id::FaDepot, &mut p.view()))),
+            fa_summary
+                .as_mut()
+                .map(|p| runner(Id::FaSummary, move || w.run(Id::FaSummary, &mut p.view()))),
+            offset
+                .as_mut()
+                .map(|p| runner(Id::Offset, move || w.run(Id::Offset, p))),
+            rlsf.as_mut()
+                .map(|p| runner(Id::Rlsf, move || w.run(Id::Rlsf, p))),
+            mimalloc
+                .as_mut()
+                .map(|p| runner(Id::MiMalloc, move || w.run(Id::MiMalloc, p))),
+            jemalloc
+                .as_mut()
+                .map(|p| runner(Id::JeMalloc, move || w.run(Id::JeMalloc, p))),
+            mmap.as_mut()
+                .map(|p| runner(Id::Mmap, move || w.run(Id::Mmap, p))),
         ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// The runners as harness variants, with every row's handle.
-    fn variants<'a, W: Workload>(
-        &'a mut self,
-        w: &'a W,
-        chosen: &[Id],
-    ) -> (Variants<'a>, Handles<Id>) {
+    fn variants<'a, W: Workload>(&'a mut self, w: &'a W) -> (Variants<'a>, Handles<Id>) {
         let mut variants = Variants::new();
         let ids: Handles<Id> = self
             .runners(w)
             .into_iter()
-            .filter(|(id, _)| chosen.contains(id))
             .map(|(id, r)| (id, variants.add(id.name(), r)))
             .collect();
         (variants, ids)
@@ -582,7 +599,7 @@ fn compare_peers<W: Workload>(
     w: &W,
     c: Comparison<'_>,
 ) {
-    let (mut variants, ids) = singles.variants(w, chosen);
+    let (mut variants, ids) = singles.variants(w);
     let s = ctx.compare(c.what, &mut variants);
     drop(variants);
     let median = |id: Id| ids.get(id).of(&s).median();
@@ -622,7 +639,7 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult, ids: &[Id]) {
         format!("{mixed_ops}, {MIXED_LIVE}"),
     );
     ctx.status("mapping and populating the arenas");
-    let mut singles = Singles::new();
+    let mut singles = Singles::new(ids);
 
     let hot = HotPair { n: hot_n };
     compare_peers(
@@ -847,33 +864,33 @@ fn throughput<S: SharedPeer>(
     )
 }
 
-/// One instance of every peer, shared by threads.
+/// One instance of every chosen peer, shared by threads (`None`: left out).
 struct Shareds {
     floor: PerThreadFloor,
     za: ZoneAllocator<Arena>,
     za_local: ZaLocalShared<Arena>,
-    bsa_frame: buddy_system_allocator::LockedFrameAllocator<11>,
-    bsa_heap: BsaLockedHeapPeer,
-    fa_depot: FrameAllocPeer<FaDepot>,
-    fa_summary: FrameAllocPeer<FaSummary>,
-    offset: Mutex<OffsetPeer>,
-    rlsf: Mutex<RlsfPeer>,
+    bsa_frame: Option<buddy_system_allocator::LockedFrameAllocator<11>>,
+    bsa_heap: Option<BsaLockedHeapPeer>,
+    fa_depot: Option<FrameAllocPeer<FaDepot>>,
+    fa_summary: Option<FrameAllocPeer<FaSummary>>,
+    offset: Option<Mutex<OffsetPeer>>,
+    rlsf: Option<Mutex<RlsfPeer>>,
+    mimalloc: Option<MiMalloc>,
+    jemalloc: Option<JeMalloc>,
+    mmap: Option<Mmap>,
 }
 
 /// Adds to `variants` the thread run of peer `id` (instance `s`) at `t` threads when
-/// the run has that peer; returns its handle, keyed by peer and thread count.
+/// the run has that peer (`s` is `Some`); returns its handle, keyed by peer and thread count.
 fn shared_variant<'a, S: SharedPeer>(
     variants: &mut Variants<'a>,
-    chosen: &[Id],
     id: Id,
-    s: &'a S,
+    s: Option<&'a S>,
     t: usize,
     dur: Duration,
     cpus: &'a [usize],
 ) -> Option<((Id, usize), VariantId)> {
-    if !chosen.contains(&id) {
-        return None;
-    }
+    let s = s?;
     let mut round = 0u64;
     let handle = variants.add(format!("{} {t}t", id.threaded_name()), move || {
         round += 1;
@@ -891,12 +908,25 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult, chosen: &[Id]) {
         floor: PerThreadFloor { nr_frames: 4096 },
         za: zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64)),
         za_local: ZaLocalShared(zonealloc_arena(Config::with_bytes(ARENA_BYTES as u64))),
-        bsa_frame: bsa_locked_frame_allocator(ARENA_FRAMES),
-        bsa_heap: BsaLockedHeapPeer::new(ARENA_BYTES),
-        fa_depot: FrameAllocPeer::depot(ARENA_BYTES, true),
-        fa_summary: FrameAllocPeer::summary(ARENA_BYTES, true),
-        offset: Mutex::new(OffsetPeer::new(ARENA_FRAMES)),
-        rlsf: Mutex::new(RlsfPeer::new(ARENA_BYTES, true)),
+        bsa_frame: built(chosen, Id::BsaFrame, || {
+            bsa_locked_frame_allocator(ARENA_FRAMES)
+        }),
+        bsa_heap: built(chosen, Id::BsaHeap, || BsaLockedHeapPeer::new(ARENA_BYTES)),
+        fa_depot: built(chosen, Id::FaDepot, || {
+            FrameAllocPeer::depot(ARENA_BYTES, true)
+        }),
+        fa_summary: built(chosen, Id::FaSummary, || {
+            FrameAllocPeer::summary(ARENA_BYTES, true)
+        }),
+        offset: built(chosen, Id::Offset, || {
+            Mutex::new(OffsetPeer::new(ARENA_FRAMES))
+        }),
+        rlsf: built(chosen, Id::Rlsf, || {
+            Mutex::new(RlsfPeer::new(ARENA_BYTES, true))
+        }),
+        mimalloc: built(chosen, Id::MiMalloc, || MiMalloc),
+        jemalloc: built(chosen, Id::JeMalloc, || JeMalloc),
+        mmap: built(chosen, Id::Mmap, || Mmap),
     };
     let threads = ctx.threads.clone();
     let cpus = ctx.cpus.clone();
@@ -906,18 +936,18 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult, chosen: &[Id]) {
         let v = &mut variants;
         ids.extend(
             [
-                shared_variant(v, chosen, Id::Limit, &sh.floor, t, dur, &cpus),
-                shared_variant(v, chosen, Id::Zonealloc, &sh.za, t, dur, &cpus),
-                shared_variant(v, chosen, Id::ZaLocal, &sh.za_local, t, dur, &cpus),
-                shared_variant(v, chosen, Id::BsaFrame, &sh.bsa_frame, t, dur, &cpus),
-                shared_variant(v, chosen, Id::BsaHeap, &sh.bsa_heap, t, dur, &cpus),
-                shared_variant(v, chosen, Id::FaDepot, &sh.fa_depot, t, dur, &cpus),
-                shared_variant(v, chosen, Id::FaSummary, &sh.fa_summary, t, dur, &cpus),
-                shared_variant(v, chosen, Id::Offset, &sh.offset, t, dur, &cpus),
-                shared_variant(v, chosen, Id::Rlsf, &sh.rlsf, t, dur, &cpus),
-                shared_variant(v, chosen, Id::MiMalloc, &MiMalloc, t, dur, &cpus),
-                shared_variant(v, chosen, Id::JeMalloc, &JeMalloc, t, dur, &cpus),
-                shared_variant(v, chosen, Id::Mmap, &Mmap, t, dur, &cpus),
+                shared_variant(v, Id::Limit, Some(&sh.floor), t, dur, &cpus),
+                shared_variant(v, Id::Zonealloc, Some(&sh.za), t, dur, &cpus),
+                shared_variant(v, Id::ZaLocal, Some(&sh.za_local), t, dur, &cpus),
+                shared_variant(v, Id::BsaFrame, sh.bsa_frame.as_ref(), t, dur, &cpus),
+                shared_variant(v, Id::BsaHeap, sh.bsa_heap.as_ref(), t, dur, &cpus),
+                shared_variant(v, Id::FaDepot, sh.fa_depot.as_ref(), t, dur, &cpus),
+                shared_variant(v, Id::FaSummary, sh.fa_summary.as_ref(), t, dur, &cpus),
+                shared_variant(v, Id::Offset, sh.offset.as_ref(), t, dur, &cpus),
+                shared_variant(v, Id::Rlsf, sh.rlsf.as_ref(), t, dur, &cpus),
+                shared_variant(v, Id::MiMalloc, sh.mimalloc.as_ref(), t, dur, &cpus),
+                shared_variant(v, Id::JeMalloc, sh.jemalloc.as_ref(), t, dur, &cpus),
+                shared_variant(v, Id::Mmap, sh.mmap.as_ref(), t, dur, &cpus),
             ]
             .into_iter()
             .flatten(),
@@ -1116,5 +1146,22 @@ mod tests {
             assert!(!keys[..i].contains(k), "{k} twice");
             assert_eq!(chosen(&[k.to_string()]).len(), 4, "{k} picks one row");
         }
+    }
+
+    #[test]
+    fn only_the_chosen_peers_are_built_and_run() {
+        let ids = chosen(&["mmap".to_owned(), "offset".to_owned()]);
+        let mut singles = Singles::new(&ids);
+        assert!(singles.bsa_frame.is_none() && singles.bsa_heap.is_none());
+        assert!(singles.fa_depot.is_none() && singles.fa_summary.is_none());
+        assert!(singles.rlsf.is_none() && singles.mimalloc.is_none());
+        assert!(singles.jemalloc.is_none());
+        let hot = HotPair { n: 1 };
+        let run: Vec<Id> = singles
+            .runners(&hot)
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(run, ids);
     }
 }
