@@ -743,11 +743,7 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult, ids: &[Id]) {
         ops: mixed_ops,
         counts: RefCell::new(Vec::new()),
     };
-    for (_, mut run) in singles
-        .runners(&check)
-        .into_iter()
-        .filter(|(id, _)| ids.contains(id))
-    {
+    for (_, mut run) in singles.runners(&check) {
         run();
     }
     let rows: Vec<(String, f64)> = check
@@ -881,7 +877,8 @@ struct Shareds {
 }
 
 /// Adds to `variants` the thread run of peer `id` (instance `s`) at `t` threads when
-/// the run has that peer (`s` is `Some`); returns its handle, keyed by peer and thread count.
+/// the run has that peer (`s` is `Some`); returns its handle, keyed by peer and
+/// thread count.
 fn shared_variant<'a, S: SharedPeer>(
     variants: &mut Variants<'a>,
     id: Id,
