@@ -93,11 +93,14 @@ struct BenchArgs {
     /// threads pins one thread per CPU.
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..=1024))]
     threads: Vec<u16>,
-    /// The other allocators the `peers` experiment runs beside zonealloc's rows and
-    /// the limit, comma-separated (default: all): bsa-frame, bsa-heap, fa-depot,
-    /// fa-summary, offset, rlsf, mimalloc, jemalloc, mmap. Its targets then compare
+    /// The other allocators the `peers` experiment builds and runs beside zonealloc's
+    /// rows and the limit, comma-separated (default: all). Its targets then compare
     /// with the best of these.
-    #[arg(long, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = clap::builder::PossibleValuesParser::new(experiments::peers::peer_keys())
+    )]
     peers: Vec<String>,
     /// List the experiments and exit.
     #[arg(long)]
@@ -164,18 +167,6 @@ fn bench(args: BenchArgs) -> ExitCode {
     }
     if selected.is_empty() {
         selected = REGISTRY.to_vec();
-    }
-    if let Some(p) = args
-        .peers
-        .iter()
-        .find(|p| !experiments::peers::peer_keys().any(|k| k == p.as_str()))
-    {
-        let known: Vec<&str> = experiments::peers::peer_keys().collect();
-        eprintln!(
-            "zonealloc bench: no peer named {p:?} (known: {})",
-            known.join(", ")
-        );
-        return ExitCode::from(2);
     }
     if let Err(e) = std::fs::create_dir_all(&args.out) {
         eprintln!("zonealloc bench: cannot create {}: {e}", args.out.display());
@@ -355,5 +346,13 @@ mod tests {
             panic!("not the bench command");
         };
         assert_eq!(args.peers, ["fa-summary", "mmap"]);
+    }
+
+    #[test]
+    fn the_peers_option_refuses_an_unknown_name() {
+        let err = Cli::try_parse_from(["zonealloc", "bench", "--peers", "fa-summary,bogus"])
+            .err()
+            .expect("an unknown peer is refused");
+        assert_eq!(err.exit_code(), 2);
     }
 }

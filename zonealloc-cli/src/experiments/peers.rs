@@ -494,6 +494,15 @@ impl Singles {
         fn runner<'a>(id: Id, r: impl FnMut() -> f64 + 'a) -> (Id, Runner<'a>) {
             (id, Box::new(r))
         }
+        /// The runner of a peer the run built, if it did.
+        fn built_runner<'a, W: Workload, P: Peer>(
+            w: &'a W,
+            id: Id,
+            p: &'a mut Option<P>,
+        ) -> Option<(Id, Runner<'a>)> {
+            let p = p.as_mut()?;
+            Some(runner(id, move || w.run(id, p)))
+        }
         [
             Some(runner(Id::Limit, move || w.run(Id::Limit, floor))),
             Some(runner(Id::Zonealloc, move || {
@@ -505,31 +514,19 @@ impl Singles {
                 let mut c = ZaLocal(za_local.local_cache(Gfp::KERNEL).expect("Normal zone"));
                 w.run(Id::ZaLocal, &mut c)
             })),
-            bsa_frame
-                .as_mut()
-                .map(|p| runner(Id::BsaFrame, move || w.run(Id::BsaFrame, p))),
-            bsa_heap
-                .as_mut()
-                .map(|p| runner(Id::BsaHeap, move || w.run(Id::BsaHeap, p))),
+            built_runner(w, Id::BsaFrame, bsa_frame),
+            built_runner(w, Id::BsaHeap, bsa_heap),
             fa_depot
                 .as_mut()
                 .map(|p| runner(Id::FaDepot, move || w.run(Id::FaDepot, &mut p.view()))),
             fa_summary
                 .as_mut()
                 .map(|p| runner(Id::FaSummary, move || w.run(Id::FaSummary, &mut p.view()))),
-            offset
-                .as_mut()
-                .map(|p| runner(Id::Offset, move || w.run(Id::Offset, p))),
-            rlsf.as_mut()
-                .map(|p| runner(Id::Rlsf, move || w.run(Id::Rlsf, p))),
-            mimalloc
-                .as_mut()
-                .map(|p| runner(Id::MiMalloc, move || w.run(Id::MiMalloc, p))),
-            jemalloc
-                .as_mut()
-                .map(|p| runner(Id::JeMalloc, move || w.run(Id::JeMalloc, p))),
-            mmap.as_mut()
-                .map(|p| runner(Id::Mmap, move || w.run(Id::Mmap, p))),
+            built_runner(w, Id::Offset, offset),
+            built_runner(w, Id::Rlsf, rlsf),
+            built_runner(w, Id::MiMalloc, mimalloc),
+            built_runner(w, Id::JeMalloc, jemalloc),
+            built_runner(w, Id::Mmap, mmap),
         ]
         .into_iter()
         .flatten()
