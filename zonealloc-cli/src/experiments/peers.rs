@@ -16,7 +16,8 @@
 //! 1. **Hot pair**: allocate an order-0 block and free it at once; ns per pair.
 //! 2. **Fill/drain**: allocate order-0 blocks until the arena is full (or the peer
 //!    fails), then free them all in a shuffled order (the shuffle is untimed); ns per
-//!    call (allocations + frees).
+//!    call (allocations + frees). A note gives each peer's two halves apart: median
+//!    ns per allocation of the fill and per free of the drain.
 //! 3. **Mixed**: orders 0..=9 drawn geometrically (order `o` with probability
 //!    `2^-(o+1)`), a live set of at most 2,048 blocks, allocate or free a random live
 //!    block with equal odds; ns per call.
@@ -53,7 +54,7 @@ use super::peer_allocators::{
 use super::seed_util::Rng;
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::harness::{
-    secs_since, Ctx, Handles, Metric, Row, Samples, Table, VariantId, Variants, Workers,
+    median, secs_since, Ctx, Handles, Metric, Row, Samples, Table, VariantId, Variants, Workers,
 };
 
 /// The experiment.
@@ -283,9 +284,20 @@ impl Workload for HotPair {
 }
 
 /// Fill the arena at order 0, free everything in a shuffled order: ns per call.
-/// Records how many blocks each peer got.
+/// Records, per run, how many blocks each peer got and what each half cost.
 struct FillDrain {
-    filled: RefCell<Vec<(Id, u64, u64)>>,
+    runs: RefCell<Vec<FillRun>>,
+}
+
+/// One fill/drain run of one peer.
+struct FillRun {
+    id: Id,
+    got: u64,
+    want: u64,
+    /// ns per allocation of the fill.
+    fill_ns: f64,
+    /// ns per free of the shuffled drain.
+    drain_ns: f64,
 }
 
 impl FillDrain {
@@ -321,9 +333,36 @@ impl Workload for FillDrain {
             unsafe { p.free(h, 0) };
         }
         let drain = secs_since(t);
-        self.filled.borrow_mut().push((id, got, want));
+        let per_call = |secs: f64| secs * 1e9 / got.max(1) as f64;
+        self.runs.borrow_mut().push(FillRun {
+            id,
+            got,
+            want,
+            fill_ns: per_call(fill),
+            drain_ns: per_call(drain),
+        });
         (fill + drain) * 1e9 / (2 * got).max(1) as f64
     }
+}
+
+/// The fill/drain table's two halves apart, per peer in table order: median ns
+/// per allocation of the fill and per free of the drain over the measured rounds
+/// (each peer's first `warmup` runs are the harness's warm-up rounds and left out).
+fn fill_drain_halves(runs: &[FillRun], ids: &[Id], warmup: usize) -> String {
+    let parts: Vec<String> = ids
+        .iter()
+        .filter_map(|&id| {
+            let mine = runs.iter().filter(|r| r.id == id).skip(warmup);
+            let (fill, drain): (Vec<f64>, Vec<f64>) = mine.map(|r| (r.fill_ns, r.drain_ns)).unzip();
+            (!fill.is_empty())
+                .then(|| format!("{} {:.1} / {:.1}", id.name(), median(&fill), median(&drain)))
+        })
+        .collect();
+    format!(
+        "fill/drain, the halves apart (median ns per allocation of the fill / per free \
+         of the shuffled drain): {}",
+        parts.join("; ")
+    )
 }
 
 /// The mixed-order walk: ns per call. Records failed allocations per peer.
@@ -656,7 +695,7 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult, ids: &[Id]) {
     );
 
     let fill = FillDrain {
-        filled: RefCell::new(Vec::new()),
+        runs: RefCell::new(Vec::new()),
     };
     compare_peers(
         ctx,
@@ -673,8 +712,10 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult, ids: &[Id]) {
             bound_ns: FILL_TARGET_NS,
         },
     );
+    let runs = fill.runs.borrow();
+    res.notes.push(fill_drain_halves(&runs, ids, ctx.warmup));
     let mut seen = Vec::new();
-    for &(id, got, want) in fill.filled.borrow().iter() {
+    for &FillRun { id, got, want, .. } in runs.iter() {
         if got < want && !seen.contains(&id) {
             seen.push(id);
             let why = match id {
@@ -1110,6 +1151,33 @@ fn capacity(ctx: &mut Ctx, res: &mut ExperimentResult, chosen: &[Id]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_halves_note_gives_each_peer_its_medians_without_its_warm_up_runs() {
+        let run = |id, fill_ns, drain_ns| FillRun {
+            id,
+            got: 4,
+            want: 4,
+            fill_ns,
+            drain_ns,
+        };
+        // Interleaved as the harness runs them: one warm-up round, then three.
+        let runs = [
+            run(Id::ZaLocal, 100.0, 900.0),
+            run(Id::FaSummary, 100.0, 900.0),
+            run(Id::ZaLocal, 6.0, 30.0),
+            run(Id::FaSummary, 22.0, 15.0),
+            run(Id::ZaLocal, 7.0, 32.0),
+            run(Id::FaSummary, 21.0, 14.0),
+            run(Id::ZaLocal, 5.0, 31.0),
+            run(Id::FaSummary, 23.0, 16.0),
+        ];
+        let note = fill_drain_halves(&runs, &[Id::Limit, Id::ZaLocal, Id::FaSummary], 1);
+        assert!(
+            note.ends_with(": zonealloc LocalCache 6.0 / 31.0; fa Summary 22.0 / 15.0"),
+            "{note}"
+        );
+    }
 
     #[test]
     fn no_choice_runs_every_row() {
