@@ -367,21 +367,33 @@ impl ZoneLocked<'_> {
     /// The blocks of `order` at `blocks`, owned by the caller (state `Cached`,
     /// `Frozen` or `Tail`), merged and put on the free lists of their pageblocks'
     /// types: a flush's locked part, with the free counters updated once for the
-    /// whole batch. `order` is below pageblock order.
+    /// whole batch.
     pub(crate) fn free_batch_locked(&mut self, blocks: &[Pfn], order: Order) {
+        self.free_blocks_locked(blocks.iter().map(|&pfn| (pfn, order)));
+    }
+
+    /// `free_batch_locked` for blocks of any order, as the per-CPU lists hand them
+    /// back: what `free_block_locked(pfn, order, false)` on each in turn would do,
+    /// with one update of the free counters.
+    #[inline(always)]
+    pub(crate) fn free_blocks_locked(&mut self, blocks: impl Iterator<Item = (Pfn, Order)>) {
         let z = self.zone;
-        debug_assert!(order < z.pageblock_order);
         let t = z.frames.view();
-        let n = order.nr_pages() as i64;
         let mut d = FreeDelta::default();
         // Consecutive blocks are mostly of one pageblock type: one masked compare
         // confirms the last type, and only a change decodes the byte in full.
         let mut mt = Migratetype::Unmovable;
-        for &pfn in blocks {
+        for (pfn, order) in blocks {
+            if order > z.pageblock_order {
+                // Only where a pageblock is smaller than the largest per-CPU order:
+                // each pageblock's part goes to its own type's lists.
+                self.free_block_locked(pfn, order, false);
+                continue;
+            }
             if !z.blocks.is_type(pfn, mt) {
                 mt = z.blocks.migratetype(pfn);
             }
-            d = d.with(n, mt);
+            d = d.with(order.nr_pages() as i64, mt);
             self.merge_free_inline(t, pfn, order, mt, false, &mut d);
         }
         d.apply(self);
@@ -952,5 +964,82 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Blocks of orders 0 to 3 allocated from `za` until `n` are held or none is
+    /// left, the order cycling with the count.
+    fn mixed_blocks(za: &ZoneAllocator<AbstractFrames>, n: usize) -> Vec<(Pfn, Order)> {
+        let mut held = Vec::new();
+        for i in 0..n {
+            let order = Order((i % 4) as u8);
+            if let Ok(p) = za.alloc_pages(Gfp::KERNEL, order) {
+                held.push((p, order));
+            }
+        }
+        held
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn a_batch_free_leaves_what_one_at_a_time_frees_leave() {
+        for seed in [1, 2] {
+            let (a, b) = (fragmented(8, seed), fragmented(8, seed));
+            let (ha, hb) = (mixed_blocks(&a, 600), mixed_blocks(&b, 600));
+            assert_eq!(ha, hb);
+            assert!(ha.len() > 100, "seed {seed}: {} blocks", ha.len());
+            a.zones[0].lock().free_blocks_locked(ha.iter().copied());
+            let mut zb = b.zones[0].lock();
+            for &(p, order) in &hb {
+                zb.free_block_locked(p, order, false);
+            }
+            assert_eq!(lists(&a.zones[0].lock()), lists(&zb), "seed {seed}");
+            drop(zb);
+            a.check_invariants().unwrap();
+            b.check_invariants().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_batch_free_splits_a_block_larger_than_a_pageblock_by_type() {
+        // Two-page pageblocks: an order-3 block spans four of them. The third is
+        // retyped while the block is out, so the block cannot go back whole on
+        // the lists of the first's type.
+        let config = Config {
+            max_order: Order(4),
+            pageblock_order: Order(1),
+            min_free_kbytes: Some(0),
+            pcp: PcpConfig {
+                enabled: false,
+                ..PcpConfig::default()
+            },
+            ..Config::with_bytes(1 << 20)
+        };
+        let (a, b) = (
+            ZoneAllocator::new(config.clone()).unwrap(),
+            ZoneAllocator::new(config).unwrap(),
+        );
+        let mut held = Vec::new();
+        for za in [&a, &b] {
+            let p = za.alloc_pages(Gfp::KERNEL, Order(3)).unwrap();
+            let zl = za.zones[0].lock();
+            let mt = za.zones[0].blocks.migratetype(p);
+            let other = if mt == Migratetype::Movable {
+                Migratetype::Unmovable
+            } else {
+                Migratetype::Movable
+            };
+            zl.set_pageblock_type(p.add(4), other);
+            held.push(p);
+        }
+        assert_eq!(held[0], held[1]);
+        a.zones[0]
+            .lock()
+            .free_blocks_locked([(held[0], Order(3))].into_iter());
+        b.zones[0]
+            .lock()
+            .free_block_locked(held[1], Order(3), false);
+        a.check_invariants().unwrap();
+        b.check_invariants().unwrap();
+        assert_eq!(lists(&a.zones[0].lock()), lists(&b.zones[0].lock()));
     }
 }

@@ -456,22 +456,23 @@ impl PcpLocked<'_> {
                 if n == 0 {
                     break;
                 }
-                let mut zl = z.lock();
-                for &(idx, order) in &picked[..n] {
-                    zl.free_block_locked(z.pfn_of(idx), order, false);
-                }
+                let picked = picked[..n]
+                    .iter()
+                    .map(|&(idx, order)| (z.pfn_of(idx), order));
+                z.lock().free_blocks_locked(picked);
                 blocks += n as u64;
             }
         } else {
             let mut zl = z.lock();
-            while left > 0 {
-                let Some((idx, order)) = self.pick(&mut pindex) else {
-                    break;
-                };
-                zl.free_block_locked(z.pfn_of(idx), order, false);
+            zl.free_blocks_locked(core::iter::from_fn(|| {
+                if left == 0 {
+                    return None;
+                }
+                let (idx, order) = self.pick(&mut pindex)?;
                 left = left.saturating_sub(order.nr_pages());
                 blocks += 1;
-            }
+                Some((z.pfn_of(idx), order))
+            }));
         }
         self.slot.stats.drains.add(1);
         self.slot.stats.drain_blocks.add(blocks as i64);
