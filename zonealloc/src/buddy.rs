@@ -369,12 +369,20 @@ impl ZoneLocked<'_> {
     /// types: a flush's locked part, with the free counters updated once for the
     /// whole batch.
     pub(crate) fn free_batch_locked(&mut self, blocks: &[Pfn], order: Order) {
+        if order > self.zone.pageblock_order {
+            // Only where a pageblock is smaller than the cache's largest order:
+            // each pageblock's part goes to its own type's lists.
+            for &pfn in blocks {
+                self.free_block_locked(pfn, order, false);
+            }
+            return;
+        }
         self.free_blocks_locked(blocks.iter().map(|&pfn| (pfn, order)));
     }
 
-    /// `free_batch_locked` for blocks of any order, as the per-CPU lists hand them
-    /// back: what `free_block_locked(pfn, order, false)` on each in turn would do,
-    /// with one update of the free counters.
+    /// `free_batch_locked` for blocks of mixed orders, none above pageblock order:
+    /// what `free_block_locked(pfn, order, false)` on each in turn would do, with
+    /// one update of the free counters.
     #[inline(always)]
     pub(crate) fn free_blocks_locked(&mut self, blocks: impl Iterator<Item = (Pfn, Order)>) {
         let z = self.zone;
@@ -384,12 +392,7 @@ impl ZoneLocked<'_> {
         // confirms the last type, and only a change decodes the byte in full.
         let mut mt = Migratetype::Unmovable;
         for (pfn, order) in blocks {
-            if order > z.pageblock_order {
-                // Only where a pageblock is smaller than the largest per-CPU order:
-                // each pageblock's part goes to its own type's lists.
-                self.free_block_locked(pfn, order, false);
-                continue;
-            }
+            debug_assert!(order <= z.pageblock_order);
             if !z.blocks.is_type(pfn, mt) {
                 mt = z.blocks.migratetype(pfn);
             }
@@ -988,6 +991,7 @@ mod tests {
             assert_eq!(ha, hb);
             assert!(ha.len() > 100, "seed {seed}: {} blocks", ha.len());
             a.zones[0].lock().free_blocks_locked(ha.iter().copied());
+            assert!(ha.iter().all(|&(_, o)| o <= a.zones[0].pageblock_order));
             let mut zb = b.zones[0].lock();
             for &(p, order) in &hb {
                 zb.free_block_locked(p, order, false);
@@ -1002,8 +1006,8 @@ mod tests {
     #[test]
     fn a_batch_free_splits_a_block_larger_than_a_pageblock_by_type() {
         // Two-page pageblocks: an order-3 block spans four of them. The third is
-        // retyped while the block is out, so the block cannot go back whole on
-        // the lists of the first's type.
+        // retyped while the blocks are out, so none can go back whole on the lists
+        // of its first pageblock's type.
         let config = Config {
             max_order: Order(4),
             pageblock_order: Order(1),
@@ -1020,24 +1024,28 @@ mod tests {
         );
         let mut held = Vec::new();
         for za in [&a, &b] {
-            let p = za.alloc_pages(Gfp::KERNEL, Order(3)).unwrap();
-            let zl = za.zones[0].lock();
-            let mt = za.zones[0].blocks.migratetype(p);
-            let other = if mt == Migratetype::Movable {
-                Migratetype::Unmovable
-            } else {
-                Migratetype::Movable
-            };
-            zl.set_pageblock_type(p.add(4), other);
-            held.push(p);
+            let mut mine = Vec::new();
+            for _ in 0..3 {
+                let p = za.alloc_pages(Gfp::KERNEL, Order(3)).unwrap();
+                let zl = za.zones[0].lock();
+                let mt = za.zones[0].blocks.migratetype(p);
+                let other = if mt == Migratetype::Movable {
+                    Migratetype::Unmovable
+                } else {
+                    Migratetype::Movable
+                };
+                zl.set_pageblock_type(p.add(4), other);
+                mine.push(p);
+            }
+            held.push(mine);
         }
         assert_eq!(held[0], held[1]);
-        a.zones[0]
-            .lock()
-            .free_blocks_locked([(held[0], Order(3))].into_iter());
-        b.zones[0]
-            .lock()
-            .free_block_locked(held[1], Order(3), false);
+        a.zones[0].lock().free_batch_locked(&held[0], Order(3));
+        let mut zb = b.zones[0].lock();
+        for &p in &held[1] {
+            zb.free_block_locked(p, Order(3), false);
+        }
+        drop(zb);
         a.check_invariants().unwrap();
         b.check_invariants().unwrap();
         assert_eq!(lists(&a.zones[0].lock()), lists(&b.zones[0].lock()));

@@ -44,7 +44,7 @@ use crate::counter::Counter;
 use crate::frame::{FrameList, Word, NIL};
 use crate::sync::{Ordering, TryLock, TryLockGuard};
 use crate::types::{Migratetype, Order, Pfn, MIGRATE_PCPTYPES};
-use crate::zone::{Zone, ZONE_BELOW_HIGH};
+use crate::zone::{Zone, ZoneLocked, ZONE_BELOW_HIGH};
 
 /// `PAGE_ALLOC_COSTLY_ORDER`: the highest order with ordinary per-CPU lists.
 pub const PAGE_ALLOC_COSTLY_ORDER: u8 = 3;
@@ -67,6 +67,21 @@ const PICK_MAX: usize = 256;
 #[inline]
 pub(crate) fn pcp_allowed_order(order: Order, pageblock_order: Order) -> bool {
     order.0 <= PAGE_ALLOC_COSTLY_ORDER || order == pageblock_order
+}
+
+/// A flush's picked blocks merged onto the free lists: as one batch where no
+/// per-CPU order exceeds a pageblock (`pageblock_order` at least
+/// `PAGE_ALLOC_COSTLY_ORDER`, as in every real configuration), else one at a time
+/// so that a block spanning pageblocks is split by their types.
+#[inline(always)]
+fn free_picked(zl: &mut ZoneLocked<'_>, blocks: impl Iterator<Item = (Pfn, Order)>) {
+    if zl.zone.pageblock_order.0 >= PAGE_ALLOC_COSTLY_ORDER {
+        zl.free_blocks_locked(blocks);
+    } else {
+        for (pfn, order) in blocks {
+            zl.free_block_locked(pfn, order, false);
+        }
+    }
 }
 
 /// `order_to_pindex()`.
@@ -459,20 +474,23 @@ impl PcpLocked<'_> {
                 let picked = picked[..n]
                     .iter()
                     .map(|&(idx, order)| (z.pfn_of(idx), order));
-                z.lock().free_blocks_locked(picked);
+                free_picked(&mut z.lock(), picked);
                 blocks += n as u64;
             }
         } else {
             let mut zl = z.lock();
-            zl.free_blocks_locked(core::iter::from_fn(|| {
-                if left == 0 {
-                    return None;
-                }
-                let (idx, order) = self.pick(&mut pindex)?;
-                left = left.saturating_sub(order.nr_pages());
-                blocks += 1;
-                Some((z.pfn_of(idx), order))
-            }));
+            free_picked(
+                &mut zl,
+                core::iter::from_fn(|| {
+                    if left == 0 {
+                        return None;
+                    }
+                    let (idx, order) = self.pick(&mut pindex)?;
+                    left = left.saturating_sub(order.nr_pages());
+                    blocks += 1;
+                    Some((z.pfn_of(idx), order))
+                }),
+            );
         }
         self.slot.stats.drains.add(1);
         self.slot.stats.drain_blocks.add(blocks as i64);
