@@ -370,14 +370,21 @@ impl ZoneLocked<'_> {
     /// whole batch.
     pub(crate) fn free_batch_locked(&mut self, blocks: &[Pfn], order: Order) {
         if order > self.zone.pageblock_order {
-            // Only where a pageblock is smaller than the cache's largest order:
-            // each pageblock's part goes to its own type's lists.
-            for &pfn in blocks {
-                self.free_block_locked(pfn, order, false);
-            }
-            return;
+            return self.free_each_locked(blocks, order);
         }
         self.free_blocks_locked(blocks.iter().map(|&pfn| (pfn, order)));
+    }
+
+    /// `free_batch_locked` of blocks larger than a pageblock (only where a
+    /// pageblock is smaller than the cache's largest order): one at a time, each
+    /// pageblock's part to its own type's lists. Kept out of line, away from the
+    /// batch loop.
+    #[cold]
+    #[inline(never)]
+    fn free_each_locked(&mut self, blocks: &[Pfn], order: Order) {
+        for &pfn in blocks {
+            self.free_block_locked(pfn, order, false);
+        }
     }
 
     /// `free_batch_locked` for blocks of mixed orders, none above pageblock order:
@@ -990,8 +997,8 @@ mod tests {
             let (ha, hb) = (mixed_blocks(&a, 600), mixed_blocks(&b, 600));
             assert_eq!(ha, hb);
             assert!(ha.len() > 100, "seed {seed}: {} blocks", ha.len());
-            a.zones[0].lock().free_blocks_locked(ha.iter().copied());
             assert!(ha.iter().all(|&(_, o)| o <= a.zones[0].pageblock_order));
+            a.zones[0].lock().free_blocks_locked(ha.iter().copied());
             let mut zb = b.zones[0].lock();
             for &(p, order) in &hb {
                 zb.free_block_locked(p, order, false);
