@@ -71,8 +71,8 @@ pub(crate) fn pcp_allowed_order(order: Order, pageblock_order: Order) -> bool {
 
 /// A flush's picked blocks merged onto the free lists: as one batch where no
 /// per-CPU order exceeds a pageblock (`pageblock_order` at least
-/// `PAGE_ALLOC_COSTLY_ORDER`, as in every real configuration), else one at a time
-/// so that a block spanning pageblocks is split by their types.
+/// `PAGE_ALLOC_COSTLY_ORDER`, as in Linux's configurations), else one at a time so
+/// that a block spanning pageblocks is split by their types.
 #[inline(always)]
 fn free_picked(zl: &mut ZoneLocked<'_>, blocks: impl Iterator<Item = (Pfn, Order)>) {
     if zl.zone.pageblock_order.0 >= PAGE_ALLOC_COSTLY_ORDER {
