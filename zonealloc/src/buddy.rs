@@ -37,7 +37,7 @@
 use crate::frame::{Frames, Tag, Word};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{COUNTED, WHOLE};
-use crate::types::{Migratetype, Order, Pfn};
+use crate::types::{Migratetype, Order, Pfn, NR_ORDERS_MAX};
 use crate::zone::{chunks, ZoneLocked};
 
 /// `fallbacks[]`: the types each ordinary type borrows from, in order.
@@ -100,6 +100,35 @@ impl FreeDelta {
     }
 }
 
+/// Net changes to the lengths of one migratetype's free lists, by order, kept
+/// while a merge loop runs and stored once at its end (`ZoneLocked::apply_lists`):
+/// the loop then writes no counter and no `nonempty` bit per list operation. The
+/// zone lock is held throughout, so no one sees the lists and their counts
+/// disagree.
+pub(crate) struct ListDelta {
+    mt: Migratetype,
+    /// Orders with a change to store (a bit each).
+    touched: u32,
+    n: [i32; NR_ORDERS_MAX],
+}
+
+impl ListDelta {
+    #[inline(always)]
+    pub(crate) fn new(mt: Migratetype) -> ListDelta {
+        ListDelta {
+            mt,
+            touched: 0,
+            n: [0; NR_ORDERS_MAX],
+        }
+    }
+
+    #[inline(always)]
+    fn add(&mut self, order: Order, d: i32) {
+        self.n[order.idx()] += d;
+        self.touched |= 1 << order.0;
+    }
+}
+
 impl ZoneLocked<'_> {
     // ---------------------------------------------------------------------------
     // Free lists and their counters
@@ -125,6 +154,32 @@ impl ZoneLocked<'_> {
         }
     }
 
+    /// Stores what a merge loop kept in `lists` (see `ListDelta`): the free-list
+    /// counts, the pageblock-order free pages and the `nonempty` bits of every
+    /// order it touched.
+    #[inline]
+    pub(crate) fn apply_lists(&mut self, lists: &ListDelta) {
+        let mut touched = lists.touched;
+        while touched != 0 {
+            let o = touched.trailing_zeros() as u8;
+            touched &= touched - 1;
+            let (order, mt) = (Order(o), lists.mt);
+            let d = lists.n[order.idx()] as i64;
+            if d != 0 {
+                let c = &self.zone.counters;
+                c.nr_free[order.idx()][mt.idx()].add(d);
+                if order >= self.zone.pageblock_order && mt != Migratetype::Isolate {
+                    c.nr_free_pages_blocks.add(d * order.nr_pages() as i64);
+                }
+            }
+            if self.area.lists[order.idx()][mt.idx()].is_empty() {
+                self.area.nonempty[mt.idx()] &= !(1 << o);
+            } else {
+                self.area.nonempty[mt.idx()] |= 1 << o;
+            }
+        }
+    }
+
     /// `__add_to_free_list()`: makes `pfn` the head of a free block of `order` on
     /// `free_list[order][mt]`, at the tail or the head.
     #[inline(always)]
@@ -135,9 +190,15 @@ impl ZoneLocked<'_> {
     /// `add_to_free_list` through a view the caller holds (see `Frames`).
     #[inline(always)]
     fn add_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order, mt: Migratetype, tail: bool) {
-        let z = self.zone;
+        self.push_free_in(t, pfn, order, mt, tail);
+        self.count_list(order, mt, 1);
+    }
+
+    /// `add_free_in`'s list operation, leaving the counts to the caller.
+    #[inline(always)]
+    fn push_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order, mt: Migratetype, tail: bool) {
         debug_assert_eq!(
-            z.blocks.migratetype(pfn),
+            self.zone.blocks.migratetype(pfn),
             mt,
             "free block on a foreign list"
         );
@@ -150,7 +211,6 @@ impl ZoneLocked<'_> {
         } else {
             list.push_head(t, idx);
         }
-        self.count_list(order, mt, 1);
     }
 
     /// `__del_page_from_free_list()`: takes the free block at `pfn` off its list; the
@@ -163,11 +223,17 @@ impl ZoneLocked<'_> {
     /// `del_from_free_list` through a view the caller holds (see `Frames`).
     #[inline(always)]
     fn del_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order, mt: Migratetype) {
+        self.unlink_free_in(t, pfn, order, mt);
+        self.count_list(order, mt, -1);
+    }
+
+    /// `del_free_in`'s list operation, leaving the counts to the caller.
+    #[inline(always)]
+    fn unlink_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order, mt: Migratetype) {
         let idx = t.idx(pfn);
         debug_assert_eq!(t.word(idx), Word::buddy(order));
         self.area.lists[order.idx()][mt.idx()].unlink(t, idx);
         t.set_word(idx, Word::TAIL);
-        self.count_list(order, mt, -1);
     }
 
     /// `move_to_free_list()`: moves a free block to the tail of another type's list.
@@ -361,7 +427,9 @@ impl ZoneLocked<'_> {
         to_tail: bool,
         d: &mut FreeDelta,
     ) {
-        self.merge_free_inline(self.zone.frames.view(), pfn, order, mt, to_tail, d);
+        let mut lists = ListDelta::new(mt);
+        self.merge_free_inline(self.zone.frames.view(), pfn, order, to_tail, d, &mut lists);
+        self.apply_lists(&lists);
     }
 
     /// The blocks of `order` at `blocks`, owned by the caller (state `Cached`,
@@ -396,16 +464,24 @@ impl ZoneLocked<'_> {
         let t = z.frames.view();
         let mut d = FreeDelta::default();
         // Consecutive blocks are mostly of one pageblock type: one masked compare
-        // confirms the last type, and only a change decodes the byte in full.
-        let mut mt = Migratetype::Unmovable;
+        // confirms the last type, and only a change decodes the byte in full (and
+        // stores the list counts kept for the type before).
+        let mut lists = ListDelta::new(Migratetype::Unmovable);
+        // Pages freed onto the current type's lists since its run began.
+        let mut pages = 0;
         for (pfn, order) in blocks {
             debug_assert!(order <= z.pageblock_order);
-            if !z.blocks.is_type(pfn, mt) {
-                mt = z.blocks.migratetype(pfn);
+            if !z.blocks.is_type(pfn, lists.mt) {
+                d = d.with(pages, lists.mt);
+                pages = 0;
+                self.apply_lists(&lists);
+                lists = ListDelta::new(z.blocks.migratetype(pfn));
             }
-            d = d.with(order.nr_pages() as i64, mt);
-            self.merge_free_inline(t, pfn, order, mt, false, &mut d);
+            pages += order.nr_pages() as i64;
+            self.merge_free_inline(t, pfn, order, false, &mut d, &mut lists);
         }
+        d = d.with(pages, lists.mt);
+        self.apply_lists(&lists);
         d.apply(self);
     }
 
@@ -416,55 +492,53 @@ impl ZoneLocked<'_> {
         t: Frames<'_>,
         pfn: Pfn,
         order: Order,
-        mt: Migratetype,
         to_tail: bool,
         d: &mut FreeDelta,
+        lists: &mut ListDelta,
     ) {
+        let mt = lists.mt;
         let z = self.zone;
         let max = z.max_order;
         let pb = z.pageblock_order;
         // The block's head stops being a head if it merges downwards.
         t.set_word(t.idx(pfn), Word::TAIL);
         let (mut pfn, mut order) = (pfn, order);
-        // The buddy at each order is known before any merge (the merged block's
-        // head only loses bits), so each round reads the state of the next order's
-        // buddy along with this one's: the two loads overlap, and when this round
-        // ends the merging, the next one's is what `buddy_merge_likely()` asks for.
-        let mut w = self.word_or_hole(t, pfn.buddy(order));
         let mut tail = to_tail;
         while order < max {
             let buddy = pfn.buddy(order);
-            let up = Order(order.0 + 1);
-            let parent = Pfn(pfn.0 & buddy.0);
-            let next = if up < max {
-                self.word_or_hole(t, parent.buddy(up))
-            } else {
-                Word::HOLE
-            };
-            let mut merge = w == Word::buddy(order);
-            let mut buddy_mt = mt;
-            if merge && order >= pb {
-                buddy_mt = z.blocks.migratetype(buddy);
-                merge = buddy_mt == mt || (mt.is_mergeable() && buddy_mt.is_mergeable());
-            }
-            if !merge {
-                // `buddy_merge_likely()`: the block one order up may soon merge
-                // too, so this one goes to the tail.
-                tail |= next == Word::buddy(up);
+            let w = self.word_or_hole(t, buddy);
+            if w != Word::buddy(order) {
                 break;
             }
-            self.del_free_in(t, buddy, order, buddy_mt);
-            if buddy_mt != mt {
+            let mut buddy_mt = mt;
+            if order >= pb {
+                buddy_mt = z.blocks.migratetype(buddy);
+                if buddy_mt != mt && !(mt.is_mergeable() && buddy_mt.is_mergeable()) {
+                    break;
+                }
+            }
+            if buddy_mt == mt {
+                self.unlink_free_in(t, buddy, order, mt);
+                lists.add(order, -1);
+            } else {
+                self.del_free_in(t, buddy, order, buddy_mt);
                 // Two mergeable types met at pageblock order: the result takes ours.
                 let n = order.nr_pages() as i64;
                 *d = d.with(-n, buddy_mt).with(n, mt);
                 self.change_pageblock_range(buddy, order, mt);
             }
-            pfn = parent;
-            order = up;
-            w = next;
+            pfn = Pfn(pfn.0 & buddy.0);
+            order = Order(order.0 + 1);
         }
-        self.add_free_in(t, pfn, order, mt, tail);
+        // `buddy_merge_likely()`: when the block one order up is free, this one
+        // may soon merge with it too, so it goes to the tail.
+        let up = Order(order.0 + 1);
+        if up < max {
+            let parent = Pfn(pfn.0 & pfn.buddy(order).0);
+            tail |= self.word_or_hole(t, parent.buddy(up)) == Word::buddy(up);
+        }
+        self.push_free_in(t, pfn, order, mt, tail);
+        lists.add(order, 1);
     }
 
     /// The state word of frame `pfn`, `Hole` outside the zone: a plain word, so
