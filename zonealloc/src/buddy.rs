@@ -110,6 +110,9 @@ pub(crate) struct ListDelta {
     /// Orders with a change to store (a bit each).
     touched: u32,
     n: [i32; NR_ORDERS_MAX],
+    /// Pages freed onto the type's lists (a batch's own accounting; a single
+    /// free's caller accounts its pages itself).
+    pages: i64,
 }
 
 impl ListDelta {
@@ -119,6 +122,7 @@ impl ListDelta {
             mt,
             touched: 0,
             n: [0; NR_ORDERS_MAX],
+            pages: 0,
         }
     }
 
@@ -154,30 +158,22 @@ impl ZoneLocked<'_> {
         }
     }
 
-    /// Stores what a merge loop kept in `lists` (see `ListDelta`): the free-list
-    /// counts, the pageblock-order free pages and the `nonempty` bits of every
-    /// order it touched.
+    /// Stores what a merge loop kept in `lists` (see `ListDelta`): each touched
+    /// order's net change through `count_list` (an order whose list length came
+    /// back to where it was keeps its counts and its `nonempty` bit), and the
+    /// pages freed into `d`.
     #[inline]
-    pub(crate) fn apply_lists(&mut self, lists: &ListDelta) {
+    pub(crate) fn apply_lists(&mut self, lists: &ListDelta, d: &mut FreeDelta) {
         let mut touched = lists.touched;
         while touched != 0 {
             let o = touched.trailing_zeros() as u8;
             touched &= touched - 1;
-            let (order, mt) = (Order(o), lists.mt);
-            let d = lists.n[order.idx()] as i64;
-            if d != 0 {
-                let c = &self.zone.counters;
-                c.nr_free[order.idx()][mt.idx()].add(d);
-                if order >= self.zone.pageblock_order && mt != Migratetype::Isolate {
-                    c.nr_free_pages_blocks.add(d * order.nr_pages() as i64);
-                }
-            }
-            if self.area.lists[order.idx()][mt.idx()].is_empty() {
-                self.area.nonempty[mt.idx()] &= !(1 << o);
-            } else {
-                self.area.nonempty[mt.idx()] |= 1 << o;
+            let n = lists.n[o as usize];
+            if n != 0 {
+                self.count_list(Order(o), lists.mt, n as i64);
             }
         }
+        *d = d.with(lists.pages, lists.mt);
     }
 
     /// `__add_to_free_list()`: makes `pfn` the head of a free block of `order` on
@@ -429,7 +425,7 @@ impl ZoneLocked<'_> {
     ) {
         let mut lists = ListDelta::new(mt);
         self.merge_free_inline(self.zone.frames.view(), pfn, order, to_tail, d, &mut lists);
-        self.apply_lists(&lists);
+        self.apply_lists(&lists, d);
     }
 
     /// The blocks of `order` at `blocks`, owned by the caller (state `Cached`,
@@ -467,21 +463,16 @@ impl ZoneLocked<'_> {
         // confirms the last type, and only a change decodes the byte in full (and
         // stores the list counts kept for the type before).
         let mut lists = ListDelta::new(Migratetype::Unmovable);
-        // Pages freed onto the current type's lists since its run began.
-        let mut pages = 0;
         for (pfn, order) in blocks {
             debug_assert!(order <= z.pageblock_order);
             if !z.blocks.is_type(pfn, lists.mt) {
-                d = d.with(pages, lists.mt);
-                pages = 0;
-                self.apply_lists(&lists);
+                self.apply_lists(&lists, &mut d);
                 lists = ListDelta::new(z.blocks.migratetype(pfn));
             }
-            pages += order.nr_pages() as i64;
+            lists.pages += order.nr_pages() as i64;
             self.merge_free_inline(t, pfn, order, false, &mut d, &mut lists);
         }
-        d = d.with(pages, lists.mt);
-        self.apply_lists(&lists);
+        self.apply_lists(&lists, &mut d);
         d.apply(self);
     }
 
