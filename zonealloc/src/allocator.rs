@@ -837,14 +837,11 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// Gives blocks of `order` held `Cached` by a `LocalCache` back to the buddy
-    /// lists, under one zone lock hold, with each buddy's metadata prefetched
-    /// before the lock is taken (the misses overlap instead of queueing in it).
+    /// lists, under one zone lock hold, with the metadata each merge reads first
+    /// prefetched before the lock is taken (see `prefetch_merge`).
     pub(crate) fn free_cached(&self, z: &Zone, order: Order, blocks: &[Pfn]) {
         for &pfn in blocks {
-            let buddy = pfn.buddy(order);
-            if z.contains(buddy) {
-                z.frames.prefetch(z.idx(buddy));
-            }
+            prefetch_merge(z, pfn, order);
         }
         z.lock().free_batch_locked(blocks, order);
         z.events.pgfree.inc((blocks.len() as u64) << order.0);
@@ -1201,6 +1198,32 @@ fn isqrt(n: u64) -> u64 {
         y = (x + n / x) / 2;
     }
     x
+}
+
+/// The order of the blocks that fill a cache line of frame metadata: the buddies
+/// of smaller blocks share their line.
+const LINE_ORDER: u8 = (64 / core::mem::size_of::<crate::frame::PageMeta>()).trailing_zeros() as u8;
+
+/// Prefetches the frame metadata a merge of the block at `pfn` of `order` reads
+/// first: the block's buddy, and the buddies of the two blocks it forms next on
+/// lines of their own (the merge reads one when it gets that far,
+/// `buddy_merge_likely()` when it stops one order short). At order 0 those are
+/// the block's own line and the two lines beyond it, which a shuffled free
+/// reads about half and a quarter of the time. Issued for a whole batch before
+/// the zone lock is taken, the misses overlap each other instead of coming one
+/// after another inside it. That pays where other work has pushed the table out
+/// of the caches since the blocks were handed out; where it is still cached, the
+/// prefetches cost a few instructions a block.
+#[inline(always)]
+fn prefetch_merge(z: &Zone, pfn: Pfn, order: Order) {
+    let t = z.frames.view();
+    t.prefetch(pfn.buddy(order));
+    // Merges stop below the zone's largest order: nothing reads a buddy there.
+    let k = (order.0 + 1).max(LINE_ORDER);
+    if k + 1 < z.max_order.0 {
+        t.prefetch(Pfn((pfn.0 & !((1u64 << k) - 1)) ^ (1u64 << k)));
+        t.prefetch(Pfn((pfn.0 & !((2u64 << k) - 1)) ^ (2u64 << k)));
+    }
 }
 
 #[cfg(test)]

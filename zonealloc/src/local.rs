@@ -27,7 +27,8 @@
 //!                                               the rest from the buddy (one zone lock,
 //!                                               whole free blocks cut up)
 //!   free:   CAS Alloc -> Cached -> push   flush: `batch` blocks to the buddy (one zone
-//!                                               lock, buddies prefetched before it)
+//!                                               lock; what each merge reads first is
+//!                                               prefetched before it)
 //! ```
 //!
 //! A free flushes when the cache holds its limit of the order: two batches at
