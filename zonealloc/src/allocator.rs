@@ -1219,9 +1219,12 @@ fn prefetch_merge(z: &Zone, pfn: Pfn, order: Order) {
     let t = z.frames.view();
     t.prefetch(pfn.buddy(order));
     // Merges stop below the zone's largest order: nothing reads a buddy there.
+    let max = z.max_order.0;
     let k = (order.0 + 1).max(LINE_ORDER);
-    if k + 1 < z.max_order.0 {
+    if k < max {
         t.prefetch(Pfn((pfn.0 & !((1u64 << k) - 1)) ^ (1u64 << k)));
+    }
+    if k + 1 < max {
         t.prefetch(Pfn((pfn.0 & !((2u64 << k) - 1)) ^ (2u64 << k)));
     }
 }

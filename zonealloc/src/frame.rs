@@ -378,7 +378,10 @@ impl Frames<'_> {
     /// for a frame outside the table.
     #[inline]
     pub fn prefetch(&self, pfn: Pfn) {
-        if let Some(m) = self.metas.get(pfn.0.wrapping_sub(self.base) as usize) {
+        let Ok(i) = usize::try_from(pfn.0.wrapping_sub(self.base)) else {
+            return;
+        };
+        if let Some(m) = self.metas.get(i) {
             prefetch_read(m as *const PageMeta as *const u8);
         }
     }
