@@ -1218,14 +1218,15 @@ const LINE_ORDER: u8 = (64 / core::mem::size_of::<crate::frame::PageMeta>()).tra
 fn prefetch_merge(z: &Zone, pfn: Pfn, order: Order) {
     let t = z.frames.view();
     t.prefetch(pfn.buddy(order));
-    // Merges stop below the zone's largest order: nothing reads a buddy there.
-    let max = z.max_order.0;
+    // The buddy of the block of order `k` that holds this one.
+    let buddy_at = |k: u8| Pfn(pfn.0 & !((1u64 << k) - 1)).buddy(Order(k));
     let k = (order.0 + 1).max(LINE_ORDER);
-    if k < max {
-        t.prefetch(Pfn((pfn.0 & !((1u64 << k) - 1)) ^ (1u64 << k)));
+    // Merges stop below the zone's largest order: nothing reads a buddy there.
+    if k < z.max_order.0 {
+        t.prefetch(buddy_at(k));
     }
-    if k + 1 < max {
-        t.prefetch(Pfn((pfn.0 & !((2u64 << k) - 1)) ^ (2u64 << k)));
+    if k + 1 < z.max_order.0 {
+        t.prefetch(buddy_at(k + 1));
     }
 }
 

@@ -318,14 +318,6 @@ impl FrameTable {
     pub fn bias_slot(&self, idx: u32) -> &AtomicU32 {
         &self.metas[idx as usize].next
     }
-
-    /// Hints the processor to bring frame `idx`'s metadata into cache.
-    #[inline]
-    pub fn prefetch(&self, idx: u32) {
-        if let Some(m) = self.metas.get(idx as usize) {
-            prefetch_read(m as *const PageMeta as *const u8);
-        }
-    }
 }
 
 #[inline(always)]

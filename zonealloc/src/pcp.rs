@@ -460,10 +460,7 @@ impl PcpLocked<'_> {
                     let Some((idx, order)) = self.pick(&mut pindex) else {
                         break;
                     };
-                    let buddy = z.pfn_of(idx).buddy(order);
-                    if z.contains(buddy) {
-                        z.frames.prefetch(z.idx(buddy));
-                    }
+                    z.frames.view().prefetch(z.pfn_of(idx).buddy(order));
                     picked[n] = (idx, order);
                     n += 1;
                     left = left.saturating_sub(order.nr_pages());
