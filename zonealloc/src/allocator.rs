@@ -1200,9 +1200,9 @@ fn isqrt(n: u64) -> u64 {
     x
 }
 
-/// The order of the blocks that fill a cache line of frame metadata: the buddies
-/// of smaller blocks share their line.
-const LINE_ORDER: u8 = (64 / core::mem::size_of::<crate::frame::PageMeta>()).trailing_zeros() as u8;
+/// The order of the blocks that fill a cache line of frame metadata (the table is
+/// laid out in whole lines): the buddies of smaller blocks share their line.
+const LINE_ORDER: u8 = crate::frame::PER_LINE.trailing_zeros() as u8;
 
 /// Prefetches the frame metadata a merge of the block at `pfn` of `order` reads
 /// first: the block's buddy, and the buddies of the two blocks it forms next on

@@ -243,9 +243,37 @@ const _: () = assert!(
     "PageMeta must stay within 16 bytes"
 );
 
-/// The metadata of every frame of one zone, indexed by `pfn - zone_start_pfn`.
+/// Frames whose metadata fills one 64-byte cache line.
+pub(crate) const PER_LINE: usize = 4;
+
+/// One cache line of the table: the metadata of `PER_LINE` frames, aligned to the
+/// line, so that the frames of a naturally aligned block of up to `PER_LINE`
+/// frames share a line with no other block's (a buddy pair at order 0 is one
+/// line). A plain slice of `PageMeta` would start wherever the global allocator
+/// puts it: glibc's malloc puts a large table 16 bytes past a page boundary,
+/// where half the order-0 pairs straddle two lines and every order-1 block does.
+/// (Under loom the atomics are larger and the alignment is left out: only the
+/// layout matters there, and `view` needs the lines to hold nothing but frames.)
+#[cfg_attr(not(loom), repr(C, align(64)))]
+#[cfg_attr(loom, repr(C))]
+pub(crate) struct Line([PageMeta; PER_LINE]);
+
+#[cfg(not(loom))]
+const _: () = assert!(
+    core::mem::size_of::<Line>() == 64,
+    "a Line is one cache line of PageMeta"
+);
+const _: () = assert!(
+    core::mem::size_of::<Line>() == PER_LINE * core::mem::size_of::<PageMeta>(),
+    "a Line holds its frames and no padding"
+);
+
+/// The metadata of every frame of one zone, indexed by `pfn - zone_start_pfn`,
+/// in whole lines (the last line's entries past the zone are never used).
 pub(crate) struct FrameTable {
-    metas: Box<[PageMeta]>,
+    lines: Box<[Line]>,
+    /// Frames in the table.
+    len: usize,
     /// The zone's first frame number: frame `idx` is `base + idx`.
     base: u64,
 }
@@ -255,22 +283,26 @@ impl FrameTable {
     /// no links; `None` if the memory for it cannot be had (the allocation is
     /// fallible, not an abort).
     pub fn new(base: u64, nr: usize) -> Option<FrameTable> {
+        let n = nr.div_ceil(PER_LINE);
         let mut v = Vec::new();
-        v.try_reserve_exact(nr).ok()?;
-        v.resize_with(nr, || PageMeta {
-            word: AtomicU64::new(Word::TAIL.0),
-            prev: AtomicU32::new(NIL),
-            next: AtomicU32::new(NIL),
+        v.try_reserve_exact(n).ok()?;
+        v.resize_with(n, || {
+            Line(core::array::from_fn(|_| PageMeta {
+                word: AtomicU64::new(Word::TAIL.0),
+                prev: AtomicU32::new(NIL),
+                next: AtomicU32::new(NIL),
+            }))
         });
         Some(FrameTable {
-            metas: v.into_boxed_slice(),
+            lines: v.into_boxed_slice(),
+            len: nr,
             base,
         })
     }
 
     #[inline]
     pub fn len(&self) -> usize {
-        self.metas.len()
+        self.len
     }
 
     /// The state word of frame `idx`.
@@ -303,9 +335,21 @@ impl FrameTable {
 
     /// The table as a `Frames` view: a slice a loop can keep in registers.
     #[inline]
+    #[allow(unsafe_code)]
     pub fn view(&self) -> Frames<'_> {
+        debug_assert!(self.len <= self.lines.len() * PER_LINE);
+        // SAFETY: a `Line` is `repr(C)` with one field, an array of `PER_LINE`
+        // `PageMeta`, and its size is exactly theirs (asserted above), so the
+        // boxed lines are `lines.len() * PER_LINE` initialised, aligned `PageMeta`
+        // one after another, from the pointer to the first line, which covers
+        // the whole allocation. `len` is at most that many (`new` allocates
+        // `len` rounded up to whole lines and nothing changes either). Only
+        // shared references are made, to atomics, borrowed from `self`.
+        let metas = unsafe {
+            core::slice::from_raw_parts(self.lines.as_ptr().cast::<PageMeta>(), self.len)
+        };
         Frames {
-            metas: &self.metas,
+            metas,
             base: self.base,
         }
     }
@@ -316,7 +360,7 @@ impl FrameTable {
     /// cache pair with the Acquire loads of fragment frees.
     #[inline]
     pub fn bias_slot(&self, idx: u32) -> &AtomicU32 {
-        &self.metas[idx as usize].next
+        &self.view().meta(idx).next
     }
 }
 
@@ -350,19 +394,31 @@ impl<'a> From<&'a FrameTable> for Frames<'a> {
     }
 }
 
-impl Frames<'_> {
+impl<'a> Frames<'a> {
     /// Whether frame `pfn` is in the table (in the zone's span).
     #[inline]
     pub fn contains(&self, pfn: Pfn) -> bool {
         pfn.0.wrapping_sub(self.base) < self.metas.len() as u64
     }
 
+    /// Frame `idx`'s metadata.
+    #[inline]
+    fn meta(&self, idx: u32) -> &'a PageMeta {
+        &self.metas[idx as usize]
+    }
+
+    /// Frame number `pfn`'s metadata, `None` outside the table.
+    #[inline]
+    fn meta_of(&self, pfn: Pfn) -> Option<&'a PageMeta> {
+        let i = usize::try_from(pfn.0.wrapping_sub(self.base)).ok()?;
+        self.metas.get(i)
+    }
+
     /// The state word of frame `pfn`, `None` outside the table: one bounds
     /// check for both questions.
     #[inline]
     pub fn word_of(&self, pfn: Pfn) -> Option<Word> {
-        let i = usize::try_from(pfn.0.wrapping_sub(self.base)).ok()?;
-        let m = self.metas.get(i)?;
+        let m = self.meta_of(pfn)?;
         Some(Word(m.word.load(Ordering::Acquire)))
     }
 
@@ -370,10 +426,7 @@ impl Frames<'_> {
     /// for a frame outside the table.
     #[inline]
     pub fn prefetch(&self, pfn: Pfn) {
-        let Ok(i) = usize::try_from(pfn.0.wrapping_sub(self.base)) else {
-            return;
-        };
-        if let Some(m) = self.metas.get(i) {
+        if let Some(m) = self.meta_of(pfn) {
             prefetch_read(m as *const PageMeta as *const u8);
         }
     }
@@ -390,14 +443,14 @@ impl Frames<'_> {
     pub fn word(&self, idx: u32) -> Word {
         // Acquire: a reader that sees a state also sees the writes that preceded the
         // Release that published it (the zeroing of an allocated block, for example).
-        Word(self.metas[idx as usize].word.load(Ordering::Acquire))
+        Word(self.meta(idx).word.load(Ordering::Acquire))
     }
 
     /// Sets the state word of frame `idx`. Caller owns the frame's state (holds the
     /// lock of the list it is moving to or from, or won the CAS that froze it).
     #[inline]
     pub fn set_word(&self, idx: u32, w: Word) {
-        self.metas[idx as usize].word.store(w.0, Ordering::Release);
+        self.meta(idx).word.store(w.0, Ordering::Release);
     }
 
     /// Replaces the state word if it still equals `old`.
@@ -405,7 +458,7 @@ impl Frames<'_> {
     pub fn cas_word(&self, idx: u32, old: Word, new: Word) -> Result<Word, Word> {
         // AcqRel: the winner sees every write before the state it replaced and
         // publishes its own; pairs with the Acquire in `word`.
-        self.metas[idx as usize]
+        self.meta(idx)
             .word
             .compare_exchange(old.0, new.0, Ordering::AcqRel, Ordering::Acquire)
             .map(Word)
@@ -415,22 +468,22 @@ impl Frames<'_> {
     #[inline]
     pub fn next(&self, idx: u32) -> u32 {
         // Relaxed: links are only touched under the lock of the list (see module docs).
-        self.metas[idx as usize].next.load(Ordering::Relaxed)
+        self.meta(idx).next.load(Ordering::Relaxed)
     }
 
     #[inline]
     pub fn prev(&self, idx: u32) -> u32 {
-        self.metas[idx as usize].prev.load(Ordering::Relaxed)
+        self.meta(idx).prev.load(Ordering::Relaxed)
     }
 
     #[inline]
     pub fn set_next(&self, idx: u32, v: u32) {
-        self.metas[idx as usize].next.store(v, Ordering::Relaxed);
+        self.meta(idx).next.store(v, Ordering::Relaxed);
     }
 
     #[inline]
     pub fn set_prev(&self, idx: u32, v: u32) {
-        self.metas[idx as usize].prev.store(v, Ordering::Relaxed);
+        self.meta(idx).prev.store(v, Ordering::Relaxed);
     }
 }
 
