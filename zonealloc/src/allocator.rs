@@ -1207,17 +1207,20 @@ const LINE_ORDER: u8 = crate::frame::PER_LINE.trailing_zeros() as u8;
 /// Prefetches the frame metadata a merge of the block at `pfn` of `order` reads
 /// first: the block's buddy, and the buddies of the two blocks it forms next on
 /// lines of their own (the merge reads one when it gets that far,
-/// `buddy_merge_likely()` when it stops one order short). At order 0 those are
-/// the block's own line and the two lines beyond it, which a shuffled free
-/// reads about half and a quarter of the time. Issued for a whole batch before
-/// the zone lock is taken, the misses overlap each other instead of coming one
+/// `buddy_merge_likely()` when it stops one order short). Below `LINE_ORDER`
+/// the buddy shares the block's own line, which the block's free just wrote, so
+/// at order 0 those are the two lines beyond it, which a shuffled free reads
+/// about half and a quarter of the time. Issued for a whole batch before the
+/// zone lock is taken, the misses overlap each other instead of coming one
 /// after another inside it. That pays where other work has pushed the table out
 /// of the caches since the blocks were handed out; where it is still cached, the
 /// prefetches cost a few instructions a block.
 #[inline(always)]
 fn prefetch_merge(z: &Zone, pfn: Pfn, order: Order) {
     let t = z.frames.view();
-    t.prefetch(pfn.buddy(order));
+    if order.0 >= LINE_ORDER {
+        t.prefetch(pfn.buddy(order));
+    }
     // The buddy of the block of order `k` that holds this one.
     let buddy_at = |k: u8| Pfn(pfn.0 & !((1u64 << k) - 1)).buddy(Order(k));
     let k = (order.0 + 1).max(LINE_ORDER);
