@@ -453,6 +453,20 @@ impl<'a> Frames<'a> {
         self.meta(idx).word.store(w.0, Ordering::Release);
     }
 
+    /// Sets the state words of the `count` frames `first`, `first + 2^shift`, ...
+    /// (the heads of a run of blocks of order `shift`): one bounds check for the
+    /// run, not one a frame. Caller owns the frames' states, as for `set_word`.
+    #[inline]
+    pub fn set_words(&self, first: u32, count: u32, shift: u8, w: Word) {
+        debug_assert!(
+            count == 0 || (first as usize + ((count as usize - 1) << shift)) < self.metas.len()
+        );
+        let run = &self.metas[first as usize..];
+        for m in run.iter().step_by(1 << shift).take(count as usize) {
+            m.word.store(w.0, Ordering::Release);
+        }
+    }
+
     /// Replaces the state word if it still equals `old`.
     #[inline]
     pub fn cas_word(&self, idx: u32, old: Word, new: Word) -> Result<Word, Word> {

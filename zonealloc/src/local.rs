@@ -36,7 +36,16 @@
 //! flush, halved after a run of flushes with no refill between them. An owner whose
 //! working set swings wider than two batches would otherwise flush and refill
 //! through the zone lock on every swing, and on many CPUs that one lock is what
-//! stops the caches from scaling.
+//! stops the caches from scaling. A flush brings the cache down to a batch below
+//! its limit.
+//!
+//! Refills grow the same way Linux's per-CPU refills do for a run of order-0
+//! allocations with no free between them (`pcp->alloc_factor`): each refill takes
+//! twice what the one before took, from one batch up to `LOCAL_CACHE_MAX_BATCHES`
+//! batches, and a flush starts them at one batch again. An owner that fills
+//! memory then takes the zone lock once every few hundred blocks, not every 32;
+//! what the last refill of such a run leaves unused goes back with the first
+//! flush.
 //!
 //! The cache serves orders up to `PAGE_ALLOC_COSTLY_ORDER` from one zone, the first
 //! its `Gfp` may use, and only blocks whose pageblock type is the one its requests
@@ -73,7 +82,8 @@ pub const LOCAL_CACHE_BATCH: usize = 32;
 /// each time a refill follows a flush (the flush gave back what was wanted
 /// again: the owner's working set swings further than the cache holds), up to
 /// this; a run of flushes longer than the limit in batches, with no refill
-/// between them, halves it again (see `LocalCache::free`).
+/// between them, halves it again (see `LocalCache::free`). It also bounds a
+/// refill: a run of refills doubles each from one batch up to this many.
 pub const LOCAL_CACHE_MAX_BATCHES: usize = 8;
 
 /// Batches of one order a new cache holds before it flushes.
@@ -112,6 +122,14 @@ pub struct LocalCache<'a, B: Backend> {
     /// `LOCAL_CACHE_MAX_BATCHES`), and flushes since the last refill.
     limit: [u8; LOCAL_ORDERS],
     flush_run: [u8; LOCAL_ORDERS],
+    /// Per order: a refill takes `batch << alloc_factor` blocks. Each refill
+    /// raises it by one (up to `LOCAL_CACHE_MAX_BATCHES` batches a refill), a
+    /// flush sets it back to 0: Linux's `pcp->alloc_factor` for a run of
+    /// allocations with no free between them.
+    alloc_factor: [u8; LOCAL_ORDERS],
+    /// Per order: the stack length at which a free flushes, `limit` batches
+    /// (kept up to date by `set_flush_at`, so a free compares one number).
+    flush_at: [usize; LOCAL_ORDERS],
 }
 
 impl<B: Backend> ZoneAllocator<B> {
@@ -146,18 +164,26 @@ impl<B: Backend> ZoneAllocator<B> {
             stacks: Default::default(),
             limit: [MIN_BATCHES; LOCAL_ORDERS],
             flush_run: [0; LOCAL_ORDERS],
-        })
+            alloc_factor: [0; LOCAL_ORDERS],
+            flush_at: [0; LOCAL_ORDERS],
+        }
+        .with_batch(LOCAL_CACHE_BATCH))
     }
 }
 
 impl<'a, B: Backend> LocalCache<'a, B> {
     /// Sets how many blocks a refill takes and a flush gives back (at least 1; a
-    /// refill well above the watermark may take up to one less than twice that, so
-    /// as to take its last free block whole; the cache holds twice that many of
-    /// each order before it flushes, at most `LOCAL_CACHE_MAX_BATCHES` times as many
-    /// once its limit has grown).
+    /// run of refills with no flush between them doubles each, up to
+    /// `LOCAL_CACHE_MAX_BATCHES` batches; a refill well above the watermark may
+    /// take up to one less than twice what it asks, so as to take its last free
+    /// block whole; the cache holds twice a batch of each order before a free
+    /// flushes, at most `LOCAL_CACHE_MAX_BATCHES` times as many once its limit
+    /// has grown).
     pub fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch.max(1);
+        for o in 0..LOCAL_ORDERS {
+            self.set_flush_at(Order(o as u8));
+        }
         self
     }
 
@@ -231,6 +257,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             if self.refill(order) {
                 self.grow_after_refill(order);
             }
+            self.set_flush_at(order);
             while let Some(pfn) = self.stacks[order.idx()].pop() {
                 if let Some(p) = self.hand_out(pfn, order) {
                     return Ok(p);
@@ -240,12 +267,13 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         za.alloc_pages_node_on(self.cpu, 0, self.gfp, order, Head::PLAIN)
     }
 
-    /// Takes `batch` blocks of `order` (up to one less than twice that, see
-    /// `rmqueue_bulk`'s `whole`), if the zone stays above its low watermark with
-    /// all of them gone: first what this CPU's list holds, then the rest straight
-    /// from the buddy lists under one zone lock hold (the per-CPU list would only
-    /// pass them through).
-    /// Returns whether it took any.
+    /// Takes `batch << alloc_factor` blocks of `order` (up to one less than twice
+    /// that, see `rmqueue_bulk`'s `whole`), if the zone stays above its low
+    /// watermark with all of them gone, else the largest of `batch << k` (k below
+    /// `alloc_factor`) that leaves it so: first what this CPU's list holds, then
+    /// the rest straight from the buddy lists under one zone lock hold (the
+    /// per-CPU list would only pass them through). Raises `alloc_factor` for the
+    /// next refill. Returns whether it took any.
     fn refill(&mut self, order: Order) -> bool {
         let (za, z) = (self.za, self.zone);
         if !za.config.pcp.enabled
@@ -254,12 +282,26 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         {
             return false;
         }
-        let n = (self.batch >> order.0).max(1);
+        let base = (self.batch >> order.0).max(1);
         let flags = AllocFlags::fast(self.gfp, order.0);
         let highest = self.gfp.highest_zone();
-        let need = z.wmark(Wmark::Low) + ((n as u64) << order.0);
-        if !z.watermark_fast(order, need, highest, flags) {
-            return false;
+        // A run of refills takes more each time; near the watermark, as much of
+        // that as the zone can spare, down to one batch.
+        let low = z.wmark(Wmark::Low);
+        let mut factor = self.alloc_factor[order.idx()];
+        let (n, need) = loop {
+            let n = base.saturating_mul(1 << factor);
+            let need = low.saturating_add((n as u64) << order.0);
+            if z.watermark_fast(order, need, highest, flags) {
+                break (n, need);
+            }
+            if factor == 0 {
+                return false;
+            }
+            factor -= 1;
+        };
+        if 2usize << factor <= LOCAL_CACHE_MAX_BATCHES {
+            self.alloc_factor[order.idx()] = factor + 1;
         }
         let Some(mut pcp) = z.pcp_trylock(self.cpu) else {
             return false;
@@ -287,10 +329,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             let mut zl = z.lock();
             let t = z.frames.view();
             let taken = zl.rmqueue_bulk(order, self.mt, flags, (n - got) as u64, whole, |p, k| {
-                let first = t.idx(p);
-                for i in 0..k as u32 {
-                    t.set_word(first + (i << order.0), Word::cached(order));
-                }
+                t.set_words(t.idx(p), k as u32, order.0, Word::cached(order));
                 stack.extend((0..k).map(|i| p.add(i << order.0)));
             });
             drop(zl);
@@ -387,9 +426,8 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         }
         let stack = &mut self.stacks[order.idx()];
         stack.push(pfn);
-        let batch = (self.batch >> order.0).max(1);
-        if stack.len() >= self.limit[order.idx()] as usize * batch {
-            self.flush_overflow(order, batch);
+        if stack.len() >= self.flush_at[order.idx()] {
+            self.flush_overflow(order);
         }
     }
 
@@ -402,14 +440,31 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// `free`'s flush of the oldest batch, and the limit's tuning.
     #[cold]
     #[inline(never)]
-    fn flush_overflow(&mut self, order: Order, batch: usize) {
+    fn flush_overflow(&mut self, order: Order) {
+        let batch = (self.batch >> order.0).max(1);
         let o = order.idx();
+        self.alloc_factor[o] = 0;
         self.flush_run[o] += 1;
         if self.flush_run[o] > self.limit[o] {
             self.limit[o] = (self.limit[o] / 2).max(MIN_BATCHES);
             self.flush_run[o] = 0;
         }
-        self.flush_order(order, batch);
+        self.set_flush_at(order);
+        // Down to a batch below the limit: one batch, unless a large refill left
+        // more than that unused (then its oldest blocks go back batch by batch).
+        let keep = self.flush_at[o].saturating_sub(batch);
+        while self.stacks[o].len() > keep {
+            let n = (self.stacks[o].len() - keep).min(batch);
+            self.flush_order(order, n);
+        }
+    }
+
+    /// Recomputes the stack length at which a free of `order` flushes, after a
+    /// change of the limit or the batch.
+    fn set_flush_at(&mut self, order: Order) {
+        let o = order.idx();
+        let batch = (self.batch >> order.0).max(1);
+        self.flush_at[o] = batch.saturating_mul(self.limit[o] as usize);
     }
 
     /// Gives the `n` oldest blocks of `order` back to the buddy lists.
@@ -429,6 +484,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
 
     /// Gives every block back to the buddy lists. Returns the blocks given back.
     pub fn flush(&mut self) -> u64 {
+        self.alloc_factor = [0; LOCAL_ORDERS];
         (0..LOCAL_ORDERS)
             .map(|o| self.flush_order(Order(o as u8), usize::MAX))
             .sum()

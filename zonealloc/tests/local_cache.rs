@@ -210,6 +210,64 @@ fn the_cache_holds_at_most_two_batches_and_flushes_the_rest() {
     settled(&za);
 }
 
+/// What each refill of `allocs` order-0 allocations through `c` took: the jumps
+/// of `cached_pages` (plus the block the allocation itself took).
+fn refills(c: &mut LocalCache<'_, AbstractFrames>, allocs: usize, got: &mut Vec<Pfn>) -> Vec<u64> {
+    let mut took = Vec::new();
+    for _ in 0..allocs {
+        let before = c.cached_pages();
+        got.push(c.alloc(Order(0)).unwrap());
+        if c.cached_pages() >= before {
+            took.push(c.cached_pages() + 1 - before);
+        }
+    }
+    took
+}
+
+#[test]
+fn a_run_of_refills_doubles_each_refill_and_a_flush_starts_again_at_a_batch() {
+    let za = za(64 << 20);
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap().with_batch(8);
+    let mut got = Vec::new();
+    let took = refills(&mut c, 600, &mut got);
+    assert!(took.len() >= 6, "refills: {took:?}");
+    for (i, &t) in took.iter().enumerate() {
+        // One batch, then twice the one before, up to the largest limit; a refill
+        // may take its last free block whole (less than twice what it asked).
+        let asked = 8u64 << i.min(LOCAL_CACHE_MAX_BATCHES.trailing_zeros() as usize);
+        assert!(
+            (asked..2 * asked).contains(&t),
+            "refill {i} took {t}, asked {asked}: {took:?}"
+        );
+    }
+    // Frees past the limit flush, down to a batch below it at once: what the last
+    // large refill left goes back with the first flush.
+    let held = c.cached_pages();
+    assert!(held >= 16, "the run's last refill left only {held}");
+    c.free(got.pop().unwrap(), Order(0)).unwrap();
+    assert!(
+        c.cached_pages() < 16,
+        "held {} after a flush",
+        c.cached_pages()
+    );
+    for p in got.drain(..) {
+        c.free(p, Order(0)).unwrap();
+        assert!(c.cached_pages() < 16, "held {}", c.cached_pages());
+    }
+    // The next run starts at one batch again.
+    c.flush();
+    let took = refills(&mut c, 40, &mut got);
+    assert!(
+        (8..16).contains(&took[0]),
+        "refills after a flush: {took:?}"
+    );
+    for p in got {
+        c.free(p, Order(0)).unwrap();
+    }
+    drop(c);
+    settled(&za);
+}
+
 #[test]
 fn a_refill_after_a_flush_raises_the_limit_and_flushes_in_a_row_lower_it() {
     // An owner whose working set swings between 0 and 40 blocks with a batch of
