@@ -371,13 +371,23 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         if !local {
             return za.free_pages_by(self.cpu, pfn, order, Holder::Raw);
         }
-        // The common case, checked inline: a plain allocated head of this order
-        // (no flag, any type) with its last reference, in one masked compare. The
-        // compare-and-swap is the same one `update_head` makes, so a racing free
-        // still has exactly one winner.
+        // The common case, inline: a plain allocated head of this order (no flag)
+        // with its last reference. The compare-and-swap expects the state this
+        // cache hands out (its own type), so the common free reads the frame's
+        // word once, in the compare-and-swap itself; a block allocated with
+        // another type is tried once more with the word that came back. It is the
+        // same compare-and-swap `update_head` makes, so a racing free still has
+        // exactly one winner.
         let idx = z.idx(pfn);
-        let w = z.frames.word(idx);
-        if w.sans_aux() == Word::new(Tag::Alloc, order.0, 0, 1)
+        let expect = Word::alloc(order, self.mt);
+        let w = match z.frames.cas_word(idx, expect, Word::cached(order)) {
+            Ok(_) => {
+                self.keep(pfn, order);
+                return Ok(());
+            }
+            Err(w) => w,
+        };
+        if w.sans_aux() == expect.sans_aux()
             && z.frames.cas_word(idx, w, Word::cached(order)).is_ok()
         {
             self.keep(pfn, order);
