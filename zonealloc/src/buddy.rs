@@ -153,7 +153,7 @@ impl ZoneLocked<'_> {
         }
         if d > 0 {
             self.area.nonempty[mt.idx()] |= 1 << order.0;
-        } else if self.area.lists[order.idx()][mt.idx()].is_empty() {
+        } else if self.area.lists[order.idx()][mt.idx()].is_empty(self.zone.frames.view()) {
             self.area.nonempty[mt.idx()] &= !(1 << order.0);
         }
     }
@@ -201,12 +201,7 @@ impl ZoneLocked<'_> {
         debug_assert!(pfn.is_aligned(order));
         let idx = t.idx(pfn);
         t.set_word(idx, Word::buddy(order));
-        let list = &mut self.area.lists[order.idx()][mt.idx()];
-        if tail {
-            list.push_tail(t, idx);
-        } else {
-            list.push_head(t, idx);
-        }
+        self.area.lists[order.idx()][mt.idx()].push(t, idx, tail);
     }
 
     /// `__del_page_from_free_list()`: takes the free block at `pfn` off its list; the
@@ -242,9 +237,10 @@ impl ZoneLocked<'_> {
     ) {
         let z = self.zone;
         let idx = z.idx(pfn);
-        self.area.lists[order.idx()][old.idx()].unlink(&z.frames, idx);
+        let t = z.frames.view();
+        self.area.lists[order.idx()][old.idx()].unlink(t, idx);
         self.count_list(order, old, -1);
-        self.area.lists[order.idx()][new.idx()].push_tail(&z.frames, idx);
+        self.area.lists[order.idx()][new.idx()].push(t, idx, true);
         self.count_list(order, new, 1);
         let n = order.nr_pages() as i64;
         FreeDelta::default().with(-n, old).with(n, new).apply(self);
@@ -254,7 +250,8 @@ impl ZoneLocked<'_> {
     #[inline]
     pub(crate) fn first_free(&self, order: Order, mt: Migratetype) -> Option<Pfn> {
         let l = &self.area.lists[order.idx()][mt.idx()];
-        (!l.is_empty()).then(|| self.zone.pfn_of(l.head))
+        l.first(self.zone.frames.view())
+            .map(|h| self.zone.pfn_of(h))
     }
 
     /// `page_is_buddy()`: `pfn` is in this zone and heads a free block of `order`.

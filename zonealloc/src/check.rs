@@ -22,7 +22,7 @@ use core::fmt;
 
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
-use crate::frame::{Tag, Word, NIL};
+use crate::frame::{Tag, Word};
 use crate::pageblock::COUNTED;
 use crate::types::{Migratetype, Order, Pfn, MIGRATE_TYPES};
 use crate::zone::ZoneLocked;
@@ -156,8 +156,9 @@ impl<B: Backend> ZoneAllocator<B> {
                 h.add(((t.prev(i) as u64) << 32) | t.next(i) as u64);
             }
             for row in &zl.area.lists {
-                for l in row {
-                    h.add(((l.head as u64) << 32) | l.tail as u64);
+                for &l in row {
+                    let s = l.sentinel();
+                    h.add(((t.prev(s) as u64) << 32) | t.next(s) as u64);
                 }
             }
             for m in zl.area.nonempty {
@@ -346,11 +347,14 @@ fn check_zone(
     // Lists: links, states, types, counts.
     for o in 0..=max.idx() {
         for mt in 0..MIGRATE_TYPES {
-            let list = zl.area.lists[o][mt];
+            let s = zl.area.lists[o][mt].sentinel();
             let mut len = 0u64;
-            let mut prev = NIL;
-            let mut cur = list.head;
-            while cur != NIL {
+            let mut prev = s;
+            let mut cur = t.next(s);
+            while cur != s {
+                c.ensure((cur as usize) < t.len(), None, || {
+                    format!("free_list[{o}][{mt}] links to {cur}, outside the zone's frames")
+                })?;
                 let pfn = z.pfn_of(cur);
                 c.ensure(len < z.spanned, Some(pfn), || "list cycle".into())?;
                 c.ensure(t.prev(cur) == prev, Some(pfn), || "broken prev link".into())?;
@@ -369,7 +373,7 @@ fn check_zone(
                 cur = t.next(cur);
                 len += 1;
             }
-            c.ensure(list.tail == prev, None, || {
+            c.ensure(t.prev(s) == prev, None, || {
                 format!("free_list[{o}][{mt}] tail mismatch")
             })?;
             c.ensure(len == free_per[o][mt], None, || {

@@ -269,21 +269,33 @@ const _: () = assert!(
 );
 
 /// The metadata of every frame of one zone, indexed by `pfn - zone_start_pfn`,
-/// in whole lines (the last line's entries past the zone are never used).
+/// in whole lines (the last line's entries past the zone are never used), then
+/// the sentinels of the zone's buddy lists on lines of their own (see
+/// `FreeList`): entry `sentinel(i)` is list `i`'s.
 pub(crate) struct FrameTable {
     lines: Box<[Line]>,
     /// Frames in the table.
     len: usize,
+    /// Index of the first sentinel: `len` rounded up to whole lines.
+    sentinels: usize,
+    /// Entries in the table: frames, padding and sentinels.
+    entries: usize,
     /// The zone's first frame number: frame `idx` is `base + idx`.
     base: u64,
 }
 
 impl FrameTable {
     /// A table of `nr` frames from frame number `base`, all in state `Tail` with
-    /// no links; `None` if the memory for it cannot be had (the allocation is
-    /// fallible, not an abort).
-    pub fn new(base: u64, nr: usize) -> Option<FrameTable> {
-        let n = nr.div_ceil(PER_LINE);
+    /// no links, and `lists` sentinels, each an empty list; `None` if the memory
+    /// for it cannot be had (the allocation is fallible, not an abort).
+    pub fn new(base: u64, nr: usize, lists: usize) -> Option<FrameTable> {
+        let sentinels = nr.checked_next_multiple_of(PER_LINE)?;
+        let entries = sentinels.checked_add(lists)?;
+        // Entries past `u32` could not be linked (`NIL` is `u32::MAX`).
+        if entries >= NIL as usize {
+            return None;
+        }
+        let n = entries.div_ceil(PER_LINE);
         let mut v = Vec::new();
         v.try_reserve_exact(n).ok()?;
         v.resize_with(n, || {
@@ -293,11 +305,28 @@ impl FrameTable {
                 next: AtomicU32::new(NIL),
             }))
         });
-        Some(FrameTable {
+        let table = FrameTable {
             lines: v.into_boxed_slice(),
             len: nr,
+            sentinels,
+            entries,
             base,
-        })
+        };
+        let t = table.view();
+        for i in 0..lists {
+            let s = table.sentinel(i);
+            t.set_word(s, Word::HOLE);
+            t.set_prev(s, s);
+            t.set_next(s, s);
+        }
+        Some(table)
+    }
+
+    /// The index of list `i`'s sentinel (`i` below the `lists` given to `new`).
+    #[inline]
+    pub fn sentinel(&self, i: usize) -> u32 {
+        debug_assert!(self.sentinels + i < self.entries);
+        (self.sentinels + i) as u32
     }
 
     #[inline]
@@ -337,19 +366,20 @@ impl FrameTable {
     #[inline]
     #[allow(unsafe_code)]
     pub fn view(&self) -> Frames<'_> {
-        debug_assert!(self.len <= self.lines.len() * PER_LINE);
+        debug_assert!(self.len <= self.entries && self.entries <= self.lines.len() * PER_LINE);
         // SAFETY: a `Line` is `repr(C)` with one field, an array of `PER_LINE`
         // `PageMeta`, and its size is exactly theirs (asserted above), so the
         // boxed lines are `lines.len() * PER_LINE` initialised, aligned `PageMeta`
         // one after another, from the pointer to the first line, which covers
-        // the whole allocation. `len` is at most that many (`new` allocates
-        // `len` rounded up to whole lines and nothing changes either). Only
+        // the whole allocation. `entries` is at most that many (`new` allocates
+        // `entries` rounded up to whole lines and nothing changes either). Only
         // shared references are made, to atomics, borrowed from `self`.
         let metas = unsafe {
-            core::slice::from_raw_parts(self.lines.as_ptr().cast::<PageMeta>(), self.len)
+            core::slice::from_raw_parts(self.lines.as_ptr().cast::<PageMeta>(), self.entries)
         };
         Frames {
             metas,
+            nr: self.len,
             base: self.base,
         }
     }
@@ -383,7 +413,10 @@ fn prefetch_read(p: *const u8) {
 /// to a frame (the compiler cannot tell that such a store leaves them alone).
 #[derive(Clone, Copy)]
 pub(crate) struct Frames<'a> {
+    /// Every entry: the frames, then padding and the lists' sentinels.
     metas: &'a [PageMeta],
+    /// Frames: `metas[..nr]`.
+    nr: usize,
     base: u64,
 }
 
@@ -398,20 +431,20 @@ impl<'a> Frames<'a> {
     /// Whether frame `pfn` is in the table (in the zone's span).
     #[inline]
     pub fn contains(&self, pfn: Pfn) -> bool {
-        pfn.0.wrapping_sub(self.base) < self.metas.len() as u64
+        pfn.0.wrapping_sub(self.base) < self.nr as u64
     }
 
-    /// Frame `idx`'s metadata.
+    /// Entry `idx`'s metadata: a frame's, or a list sentinel's.
     #[inline]
     fn meta(&self, idx: u32) -> &'a PageMeta {
         &self.metas[idx as usize]
     }
 
-    /// Frame number `pfn`'s metadata, `None` outside the table.
+    /// Frame number `pfn`'s metadata, `None` outside the table's frames.
     #[inline]
     fn meta_of(&self, pfn: Pfn) -> Option<&'a PageMeta> {
         let i = usize::try_from(pfn.0.wrapping_sub(self.base)).ok()?;
-        self.metas.get(i)
+        self.metas[..self.nr].get(i)
     }
 
     /// The state word of frame `pfn`, `None` outside the table: one bounds
@@ -461,7 +494,7 @@ impl<'a> Frames<'a> {
         debug_assert!(
             count == 0 || (first as usize + ((count as usize - 1) << shift)) < self.metas.len()
         );
-        let run = &self.metas[first as usize..];
+        let run = &self.metas[first as usize..self.nr];
         for m in run.iter().step_by(1 << shift).take(count as usize) {
             m.word.store(w.0, Ordering::Release);
         }
@@ -584,6 +617,97 @@ impl FrameList {
     }
 }
 
+/// One of a zone's buddy lists (`free_area[order].free_list[mt]`): Linux's
+/// `list_head`, circular through a sentinel entry of the frame table (a
+/// `FrameTable::sentinel`, never a frame), so the list is empty when the
+/// sentinel links to itself.
+///
+/// ```text
+///   sentinel <-> first <-> ... <-> last <-> (back to the sentinel)
+/// ```
+///
+/// With no end to test, adding a block at the head or the tail and taking one
+/// off anywhere write the same four links whatever the list looks like: the
+/// buddy's merge, which adds each freed block at the head or the tail as
+/// `buddy_merge_likely()` says and takes off buddies at random places, runs
+/// without a branch on the list's shape. The lists are protected by the zone
+/// lock; the links are relaxed atomics for that reason (see the module
+/// documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FreeList {
+    sentinel: u32,
+}
+
+impl FreeList {
+    /// List `i` of `t` (its `FrameTable::sentinel(i)`).
+    pub fn new(t: &FrameTable, i: usize) -> FreeList {
+        FreeList {
+            sentinel: t.sentinel(i),
+        }
+    }
+
+    /// The table entry the list runs through.
+    #[inline]
+    pub fn sentinel(self) -> u32 {
+        self.sentinel
+    }
+
+    #[inline]
+    pub fn is_empty(self, t: Frames<'_>) -> bool {
+        t.next(self.sentinel) == self.sentinel
+    }
+
+    /// The first block's head, if any.
+    #[inline]
+    pub fn first(self, t: Frames<'_>) -> Option<u32> {
+        let n = t.next(self.sentinel);
+        (n != self.sentinel).then_some(n)
+    }
+
+    /// Adds `idx` at the tail when `tail`, else at the head.
+    #[inline]
+    pub fn push(self, t: Frames<'_>, idx: u32, tail: bool) {
+        let s = self.sentinel;
+        // Both of the sentinel's links are read (one line) and one is chosen, so
+        // that the choice is a select, not a branch: `buddy_merge_likely()`'s
+        // answer is a coin toss in a shuffled free.
+        let (last, first) = (t.prev(s), t.next(s));
+        let p = if tail { last } else { s };
+        let n = if tail { s } else { first };
+        t.set_prev(idx, p);
+        t.set_next(idx, n);
+        t.set_next(p, idx);
+        t.set_prev(n, idx);
+    }
+
+    /// Takes `idx` off this list (which it must be on: only its neighbours'
+    /// links change, the sentinel's among them when it is first or last).
+    #[inline]
+    pub fn unlink(self, t: Frames<'_>, idx: u32) {
+        let p = t.prev(idx);
+        let n = t.next(idx);
+        t.set_next(p, n);
+        t.set_prev(n, p);
+        t.set_prev(idx, NIL);
+        t.set_next(idx, NIL);
+    }
+
+    /// Iterates the heads on the list, first to last.
+    pub fn iter<'a>(self, t: &'a FrameTable) -> impl Iterator<Item = u32> + 'a {
+        let s = self.sentinel;
+        let mut cur = t.next(s);
+        core::iter::from_fn(move || {
+            if cur == s {
+                None
+            } else {
+                let c = cur;
+                cur = t.next(c);
+                Some(c)
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -601,7 +725,7 @@ mod tests {
 
     #[test]
     fn list_push_and_unlink_keep_links_consistent() {
-        let t = FrameTable::new(0, 8).unwrap();
+        let t = FrameTable::new(0, 8, 0).unwrap();
         let mut l = FrameList::EMPTY;
         l.push_head(&t, 3);
         l.push_tail(&t, 5);
@@ -613,5 +737,31 @@ mod tests {
         l.unlink(&t, 5);
         assert!(l.is_empty());
         assert_eq!(l.tail, NIL);
+    }
+
+    #[test]
+    fn free_lists_push_at_either_end_and_unlink_anywhere() {
+        let t = FrameTable::new(0, 8, 2).unwrap();
+        let (a, b) = (FreeList::new(&t, 0), FreeList::new(&t, 1));
+        assert_ne!(a, b);
+        let v = t.view();
+        assert!(a.is_empty(v) && b.is_empty(v));
+        assert_eq!(a.first(v), None);
+        a.push(v, 3, false);
+        a.push(v, 5, true);
+        a.push(v, 1, false);
+        b.push(v, 6, true);
+        assert_eq!(a.iter(&t).collect::<Vec<_>>(), [1, 3, 5]);
+        assert_eq!((a.first(v), v.prev(a.sentinel())), (Some(1), 5));
+        assert_eq!(b.iter(&t).collect::<Vec<_>>(), [6]);
+        a.unlink(v, 3);
+        assert_eq!(a.iter(&t).collect::<Vec<_>>(), [1, 5]);
+        a.unlink(v, 5);
+        assert_eq!((a.first(v), v.prev(a.sentinel())), (Some(1), 1));
+        a.unlink(v, 1);
+        b.unlink(v, 6);
+        assert!(a.is_empty(v) && b.is_empty(v));
+        // The sentinels are no frames: frame numbers past the zone stay outside.
+        assert!(!v.contains(Pfn(8)) && v.word_of(Pfn(8)).is_none());
     }
 }

@@ -20,7 +20,7 @@ use alloc::boxed::Box;
 
 use crate::config::{ConfigError, ZoneConfig};
 use crate::counter::{counters, Counter};
-use crate::frame::{FrameList, FrameTable, PageMeta, Tag, Word};
+use crate::frame::{FrameTable, FreeList, PageMeta, Tag, Word};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
 use crate::pcp::{PcpLocked, PcpSlot};
@@ -43,7 +43,7 @@ fn atomic_array<const N: usize>() -> [AtomicU64; N] {
 /// aligned to `o`, and its pageblock's effective type is `mt`; bit `o` of
 /// `nonempty[mt]` is set iff `lists[o][mt]` is not empty.
 pub(crate) struct FreeArea {
-    pub lists: [[FrameList; MIGRATE_TYPES]; NR_ORDERS_MAX],
+    pub lists: [[FreeList; MIGRATE_TYPES]; NR_ORDERS_MAX],
     pub nonempty: [u32; MIGRATE_TYPES],
     /// Pages in pageblocks currently reserved as HighAtomic (`nr_reserved_highatomic`).
     pub nr_reserved_highatomic: u64,
@@ -143,7 +143,13 @@ impl Zone {
         let no_memory = ConfigError::Metadata {
             bytes: spanned.saturating_mul(core::mem::size_of::<PageMeta>() as u64),
         };
-        let frames = FrameTable::new(start, spanned as usize).ok_or(no_memory)?;
+        let frames = usize::try_from(spanned)
+            .ok()
+            .and_then(|nr| FrameTable::new(start, nr, NR_ORDERS_MAX * MIGRATE_TYPES))
+            .ok_or(no_memory)?;
+        let lists = core::array::from_fn(|o| {
+            core::array::from_fn(|mt| FreeList::new(&frames, o * MIGRATE_TYPES + mt))
+        });
         let mut holes = 0u64;
         for &(h, n) in &zc.holes {
             for p in h.0..h.0 + n {
@@ -195,7 +201,7 @@ impl Zone {
             frames,
             blocks,
             free: Lock::new(FreeArea {
-                lists: [[FrameList::EMPTY; MIGRATE_TYPES]; NR_ORDERS_MAX],
+                lists,
                 nonempty: [0; MIGRATE_TYPES],
                 nr_reserved_highatomic: 0,
             }),
