@@ -1208,9 +1208,11 @@ const LINE_ORDER: u8 = crate::frame::PER_LINE.trailing_zeros() as u8;
 /// first: the block's buddy, and the buddies of the two blocks it forms next on
 /// lines of their own (the merge reads one when it gets that far,
 /// `buddy_merge_likely()` when it stops one order short). Below `LINE_ORDER`
-/// the buddy shares the block's own line, which the block's free just wrote, so
-/// at order 0 those are the two lines beyond it, which a shuffled free reads
-/// about half and a quarter of the time. Issued for a whole batch before the
+/// the buddy shares the block's own line, so that line is the one prefetched:
+/// the block's free wrote it, but a batch of frees and a flush later it is
+/// often out of the first-level cache again. At order 0 the next two are the
+/// lines beyond it, which a shuffled free reads about half and a quarter of the
+/// time. Issued for a whole batch before the
 /// zone lock is taken, the misses overlap each other instead of coming one
 /// after another inside it. That pays where other work has pushed the table out
 /// of the caches since the blocks were handed out; where it is still cached, the
@@ -1220,6 +1222,8 @@ fn prefetch_merge(z: &Zone, pfn: Pfn, order: Order) {
     let t = z.frames.view();
     if order.0 >= LINE_ORDER {
         t.prefetch(pfn.buddy(order));
+    } else {
+        t.prefetch(pfn);
     }
     // The buddy of the block of order `k` that holds this one.
     let buddy_at = |k: u8| Pfn(pfn.0 & !((1u64 << k) - 1)).buddy(Order(k));
