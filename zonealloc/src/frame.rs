@@ -492,7 +492,7 @@ impl<'a> Frames<'a> {
     #[inline]
     pub fn set_words(&self, first: u32, count: u32, shift: u8, w: Word) {
         debug_assert!(
-            count == 0 || (first as usize + ((count as usize - 1) << shift)) < self.metas.len()
+            count == 0 || (first as usize + ((count as usize - 1) << shift)) < self.nr
         );
         let run = &self.metas[first as usize..self.nr];
         for m in run.iter().step_by(1 << shift).take(count as usize) {
