@@ -460,9 +460,10 @@ impl ZoneLocked<'_> {
         // confirms the last type, and only a change decodes the byte in full (and
         // stores the list counts kept for the type before).
         let mut lists = ListDelta::new(Migratetype::Unmovable);
+        let types = z.blocks.view();
         for (pfn, order) in blocks {
             debug_assert!(order <= z.pageblock_order);
-            if !z.blocks.is_type(pfn, lists.mt) {
+            if !types.is_type(pfn, lists.mt) {
                 self.apply_lists(&lists, &mut d);
                 lists = ListDelta::new(z.blocks.migratetype(pfn));
             }
@@ -474,6 +475,14 @@ impl ZoneLocked<'_> {
     }
 
     /// `merge_free`'s body, inlined into the batch free.
+    ///
+    /// Below pageblock order a buddy lies in the block's own pageblock, so when it
+    /// is free it is on a list of the block's type: that part of the merge runs
+    /// on table indices with no type to look up. The buddy's index is its frame
+    /// number's (`pfn ^ 2^order`) minus the zone's first, so a zone may start at
+    /// any frame; the merged block's head is the lower of the two. Merges at
+    /// pageblock order and above, where two pageblocks' types meet, go on in
+    /// `merge_across_pageblocks`.
     #[inline(always)]
     fn merge_free_inline(
         &mut self,
@@ -486,47 +495,91 @@ impl ZoneLocked<'_> {
     ) {
         let mt = lists.mt;
         let z = self.zone;
-        let max = z.max_order;
-        let pb = z.pageblock_order;
+        let max = z.max_order.0;
+        let (base, nr) = (t.base(), t.frames() as u64);
         // The block's head stops being a head if it merges downwards.
-        t.set_word(t.idx(pfn), Word::TAIL);
-        let (mut pfn, mut order) = (pfn, order);
-        let mut tail = to_tail;
-        while order < max {
-            let buddy = pfn.buddy(order);
-            let w = self.word_or_hole(t, buddy);
-            if w != Word::buddy(order) {
+        let mut idx = t.idx(pfn);
+        t.set_word(idx, Word::TAIL);
+        let mut order = order.0;
+        let below = max.min(z.pageblock_order.0);
+        let mut merging = true;
+        while order < below {
+            let b = ((base + idx as u64) ^ (1u64 << order)).wrapping_sub(base);
+            if b >= nr || t.word(b as u32) != Word::buddy(Order(order)) {
+                merging = false;
                 break;
             }
-            let mut buddy_mt = mt;
-            if order >= pb {
-                buddy_mt = z.blocks.migratetype(buddy);
-                if buddy_mt != mt && !(mt.is_mergeable() && buddy_mt.is_mergeable()) {
-                    break;
-                }
+            let b = b as u32;
+            self.area.lists[order as usize][mt.idx()].unlink(t, b);
+            t.set_word(b, Word::TAIL);
+            lists.add(Order(order), -1);
+            idx = idx.min(b);
+            order += 1;
+        }
+        if merging && order < max {
+            let (p, o) =
+                self.merge_across_pageblocks(t, Pfn(base + idx as u64), Order(order), d, lists);
+            (idx, order) = (t.idx(p), o.0);
+        }
+        // `buddy_merge_likely()`: when the block one order up is free, this one
+        // may soon merge with it too, so it goes to the tail. (The parent's
+        // buddy: the frame number with bit `order` cleared and bit `order + 1`
+        // flipped.)
+        let mut tail = to_tail;
+        if order + 1 < max {
+            let p = base + idx as u64;
+            let q = ((p & !(1u64 << order)) ^ (2u64 << order)).wrapping_sub(base);
+            tail |= q < nr && t.word(q as u32) == Word::buddy(Order(order + 1));
+        }
+        let order = Order(order);
+        debug_assert_eq!(
+            z.blocks.migratetype(Pfn(base + idx as u64)),
+            mt,
+            "free block on a foreign list"
+        );
+        debug_assert!(Pfn(base + idx as u64).is_aligned(order));
+        t.set_word(idx, Word::buddy(order));
+        self.area.lists[order.idx()][mt.idx()].push(t, idx, tail);
+        lists.add(order, 1);
+    }
+
+    /// The merge from pageblock order up (see `merge_free_inline`): each buddy's
+    /// own pageblock type decides whether the two may merge (mergeable types do,
+    /// the result taking the block's type). Returns the merged block.
+    #[inline(never)]
+    fn merge_across_pageblocks(
+        &mut self,
+        t: Frames<'_>,
+        pfn: Pfn,
+        order: Order,
+        d: &mut FreeDelta,
+        lists: &mut ListDelta,
+    ) -> (Pfn, Order) {
+        let mt = lists.mt;
+        let z = self.zone;
+        let (mut pfn, mut order) = (pfn, order);
+        while order < z.max_order {
+            let buddy = pfn.buddy(order);
+            if self.word_or_hole(t, buddy) != Word::buddy(order) {
+                break;
             }
+            let buddy_mt = z.blocks.migratetype(buddy);
             if buddy_mt == mt {
                 self.unlink_free_in(t, buddy, order, mt);
                 lists.add(order, -1);
-            } else {
+            } else if mt.is_mergeable() && buddy_mt.is_mergeable() {
                 self.del_free_in(t, buddy, order, buddy_mt);
                 // Two mergeable types met at pageblock order: the result takes ours.
                 let n = order.nr_pages() as i64;
                 *d = d.with(-n, buddy_mt).with(n, mt);
                 self.change_pageblock_range(buddy, order, mt);
+            } else {
+                break;
             }
             pfn = Pfn(pfn.0 & buddy.0);
             order = Order(order.0 + 1);
         }
-        // `buddy_merge_likely()`: when the block one order up is free, this one
-        // may soon merge with it too, so it goes to the tail.
-        let up = Order(order.0 + 1);
-        if up < max {
-            let parent = Pfn(pfn.0 & pfn.buddy(order).0);
-            tail |= self.word_or_hole(t, parent.buddy(up)) == Word::buddy(up);
-        }
-        self.push_free_in(t, pfn, order, mt, tail);
-        lists.add(order, 1);
+        (pfn, order)
     }
 
     /// The state word of frame `pfn`, `Hole` outside the zone: a plain word, so

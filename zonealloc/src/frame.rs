@@ -464,6 +464,18 @@ impl<'a> Frames<'a> {
         }
     }
 
+    /// The zone's first frame number: frame `idx` is `base() + idx`.
+    #[inline]
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Frames in the table (its entries past them are padding and sentinels).
+    #[inline]
+    pub fn frames(&self) -> usize {
+        self.nr
+    }
+
     /// The index of frame `pfn`. Caller checked `contains(pfn)`.
     #[inline]
     pub fn idx(&self, pfn: Pfn) -> u32 {
@@ -491,9 +503,7 @@ impl<'a> Frames<'a> {
     /// run, not one a frame. Caller owns the frames' states, as for `set_word`.
     #[inline]
     pub fn set_words(&self, first: u32, count: u32, shift: u8, w: Word) {
-        debug_assert!(
-            count == 0 || (first as usize + ((count as usize - 1) << shift)) < self.nr
-        );
+        debug_assert!(count == 0 || (first as usize + ((count as usize - 1) << shift)) < self.nr);
         let run = &self.metas[first as usize..self.nr];
         for m in run.iter().step_by(1 << shift).take(count as usize) {
             m.word.store(w.0, Ordering::Release);

@@ -87,7 +87,18 @@ impl PageblockTable {
     /// masked compare, for the fast paths.
     #[inline]
     pub fn is_type(&self, pfn: Pfn, mt: Migratetype) -> bool {
-        self.raw(self.index(pfn)) & (MT_MASK | ISOLATE) == mt as u8
+        self.view().is_type(pfn, mt)
+    }
+
+    /// The table as a `Pageblocks` view: what `is_type` reads, for a loop to
+    /// keep in registers (see `Pageblocks`).
+    #[inline]
+    pub fn view(&self) -> Pageblocks<'_> {
+        Pageblocks {
+            bytes: &self.bytes,
+            first_block: self.first_block,
+            shift: self.shift,
+        }
     }
 
     /// The stored type, ignoring isolation.
@@ -121,6 +132,27 @@ impl PageblockTable {
         let new = self.raw(i) & !ISOLATE;
         self.bytes[i].store(new, Ordering::Relaxed);
         decode(new)
+    }
+}
+
+/// A borrowed view of a `PageblockTable` for `is_type` in a loop: the zone
+/// holds atomics, so the compiler reloads the table's fields from the zone after
+/// every store to a frame unless a loop takes them into a view first (as
+/// `Frames` does for the frame table).
+#[derive(Clone, Copy)]
+pub(crate) struct Pageblocks<'a> {
+    bytes: &'a [AtomicU8],
+    first_block: u64,
+    shift: u8,
+}
+
+impl Pageblocks<'_> {
+    /// `PageblockTable::is_type`.
+    #[inline]
+    pub fn is_type(&self, pfn: Pfn, mt: Migratetype) -> bool {
+        let i = ((pfn.0 >> self.shift) - self.first_block) as usize;
+        // Relaxed: as `PageblockTable::raw`.
+        self.bytes[i].load(Ordering::Relaxed) & (MT_MASK | ISOLATE) == mt as u8
     }
 }
 
