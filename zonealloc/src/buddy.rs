@@ -221,7 +221,12 @@ impl ZoneLocked<'_> {
     /// `del_free_in`'s list operation, leaving the counts to the caller.
     #[inline(always)]
     fn unlink_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order, mt: Migratetype) {
-        let idx = t.idx(pfn);
+        self.unlink_free_idx(t, t.idx(pfn), order, mt);
+    }
+
+    /// `unlink_free_in` by table index.
+    #[inline(always)]
+    fn unlink_free_idx(&mut self, t: Frames<'_>, idx: u32, order: Order, mt: Migratetype) {
         debug_assert_eq!(t.word(idx), Word::buddy(order));
         self.area.lists[order.idx()][mt.idx()].unlink(t, idx);
         t.set_word(idx, Word::TAIL);
@@ -510,8 +515,7 @@ impl ZoneLocked<'_> {
                 break;
             }
             let b = b as u32;
-            self.area.lists[order as usize][mt.idx()].unlink(t, b);
-            t.set_word(b, Word::TAIL);
+            self.unlink_free_idx(t, b, Order(order), mt);
             lists.add(Order(order), -1);
             idx = idx.min(b);
             order += 1;
@@ -532,14 +536,7 @@ impl ZoneLocked<'_> {
             tail |= q < nr && t.word(q as u32) == Word::buddy(Order(order + 1));
         }
         let order = Order(order);
-        debug_assert_eq!(
-            z.blocks.migratetype(Pfn(base + idx as u64)),
-            mt,
-            "free block on a foreign list"
-        );
-        debug_assert!(Pfn(base + idx as u64).is_aligned(order));
-        t.set_word(idx, Word::buddy(order));
-        self.area.lists[order.idx()][mt.idx()].push(t, idx, tail);
+        self.push_free_in(t, Pfn(base + idx as u64), order, mt, tail);
         lists.add(order, 1);
     }
 

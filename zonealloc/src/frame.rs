@@ -12,9 +12,15 @@
 //!                  cache's published bias (see `page_frag`)
 //!    FLAG_ISOLATED compaction isolated the movable block to migrate it and holds
 //!                  one of its references (see `migrate`)
-//!  prev (u32):  frame index of the previous block on the list this head is on
-//!  next (u32):  frame index of the next block (NIL = none)
+//!  prev (u32):  table index of the previous entry on the list this head is on
+//!  next (u32):  table index of the next entry (NIL: none; off any list)
 //! ```
+//!
+//! After the frames, on lines of their own, the table keeps one more entry for
+//! each of the zone's buddy lists: the list's sentinel (`FreeList`, Linux's
+//! `list_head` in `free_area`), through which the list runs in a circle. The
+//! per-CPU lists (`FrameList`) end in `NIL` instead and keep their ends in the
+//! CPU's own slot.
 //!
 //! Only the first frame of a block (its *head*) carries the block's state; every other
 //! frame of a block is `Tail`. The state machine of a head, with the lock each
@@ -544,10 +550,12 @@ impl<'a> Frames<'a> {
     }
 }
 
-/// An intrusive doubly linked list of block heads, by frame index.
+/// An intrusive doubly linked list of block heads, by frame index, ending in
+/// `NIL` at both ends: a per-CPU list.
 ///
-/// The list head itself is plain data owned by whatever lock protects the list; the
-/// links live in the `FrameTable`.
+/// The list head itself is plain data owned by whatever lock protects the list (a
+/// CPU's slot, under its lock); the links live in the `FrameTable`. (The buddy
+/// lists are `FreeList`s, circular through a sentinel.)
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FrameList {
     pub head: u32,
