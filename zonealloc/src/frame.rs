@@ -622,16 +622,7 @@ impl FrameList {
 
     /// Iterates the heads on the list, first to last.
     pub fn iter<'a>(&self, t: &'a FrameTable) -> impl Iterator<Item = u32> + 'a {
-        let mut cur = self.head;
-        core::iter::from_fn(move || {
-            if cur == NIL {
-                None
-            } else {
-                let c = cur;
-                cur = t.next(c);
-                Some(c)
-            }
-        })
+        walk(t, self.head, NIL)
     }
 }
 
@@ -712,18 +703,20 @@ impl FreeList {
 
     /// Iterates the heads on the list, first to last.
     pub fn iter<'a>(self, t: &'a FrameTable) -> impl Iterator<Item = u32> + 'a {
-        let s = self.sentinel;
-        let mut cur = t.next(s);
-        core::iter::from_fn(move || {
-            if cur == s {
-                None
-            } else {
-                let c = cur;
-                cur = t.next(c);
-                Some(c)
-            }
-        })
+        walk(t, t.next(self.sentinel), self.sentinel)
     }
+}
+
+/// The entries from `first` along the `next` links, up to (not including) `end`.
+fn walk(t: &FrameTable, first: u32, end: u32) -> impl Iterator<Item = u32> + '_ {
+    let mut cur = first;
+    core::iter::from_fn(move || {
+        (cur != end).then(|| {
+            let c = cur;
+            cur = t.next(c);
+            c
+        })
+    })
 }
 
 #[cfg(test)]
