@@ -450,7 +450,9 @@ impl<'a> Frames<'a> {
     #[inline]
     fn meta_of(&self, pfn: Pfn) -> Option<&'a PageMeta> {
         let i = usize::try_from(pfn.0.wrapping_sub(self.base)).ok()?;
-        self.metas[..self.nr].get(i)
+        // No subslice of the frames: under Miri a reference to a slice costs as
+        // much as the slice is long, and this runs on every frame lookup.
+        self.metas.get(i).filter(|_| i < self.nr)
     }
 
     /// The state word of frame `pfn`, `None` outside the table: one bounds
@@ -510,8 +512,12 @@ impl<'a> Frames<'a> {
     #[inline]
     pub fn set_words(&self, first: u32, count: u32, shift: u8, w: Word) {
         debug_assert!(count == 0 || (first as usize + ((count as usize - 1) << shift)) < self.nr);
-        let run = &self.metas[first as usize..self.nr];
-        for m in run.iter().step_by(1 << shift).take(count as usize) {
+        if count == 0 {
+            return;
+        }
+        let end = (first as usize + ((count as usize - 1) << shift) + 1).min(self.nr);
+        let run = &self.metas[first as usize..end];
+        for m in run.iter().step_by(1 << shift) {
             m.word.store(w.0, Ordering::Release);
         }
     }

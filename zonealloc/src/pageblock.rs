@@ -87,7 +87,7 @@ impl PageblockTable {
     /// masked compare, for the fast paths.
     #[inline]
     pub fn is_type(&self, pfn: Pfn, mt: Migratetype) -> bool {
-        self.view().is_type(pfn, mt)
+        is_type(self.raw(self.index(pfn)), mt)
     }
 
     /// The table as a `Pageblocks` view: what `is_type` reads, for a loop to
@@ -152,8 +152,14 @@ impl Pageblocks<'_> {
     pub fn is_type(&self, pfn: Pfn, mt: Migratetype) -> bool {
         let i = ((pfn.0 >> self.shift) - self.first_block) as usize;
         // Relaxed: as `PageblockTable::raw`.
-        self.bytes[i].load(Ordering::Relaxed) & (MT_MASK | ISOLATE) == mt as u8
+        is_type(self.bytes[i].load(Ordering::Relaxed), mt)
     }
+}
+
+/// Whether a pageblock byte says type `mt`, not isolated: one masked compare.
+#[inline]
+fn is_type(b: u8, mt: Migratetype) -> bool {
+    b & (MT_MASK | ISOLATE) == mt as u8
 }
 
 #[inline]
