@@ -124,8 +124,9 @@ pub struct LocalCache<'a, B: Backend> {
     flush_run: [u8; LOCAL_ORDERS],
     /// Per order: a refill takes `batch << alloc_factor` blocks. Each refill
     /// raises it by one (up to `LOCAL_CACHE_MAX_BATCHES` batches a refill), a
-    /// flush sets it back to 0: Linux's `pcp->alloc_factor` for a run of
-    /// allocations with no free between them.
+    /// flush sets it back to 0: Linux's `pcp->alloc_factor`, which grows the
+    /// same way over a run of refills (Linux also halves it on every free; here
+    /// only a flush resets it, so the free path writes nothing more).
     alloc_factor: [u8; LOCAL_ORDERS],
     /// Per order: the stack length at which a free flushes, `limit` batches
     /// (kept up to date by `set_flush_at`, so a free compares one number).
@@ -300,12 +301,12 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             }
             factor -= 1;
         };
-        if 2usize << factor <= LOCAL_CACHE_MAX_BATCHES {
-            self.alloc_factor[order.idx()] = factor + 1;
-        }
         let Some(mut pcp) = z.pcp_trylock(self.cpu) else {
             return false;
         };
+        if 2usize << factor <= LOCAL_CACHE_MAX_BATCHES {
+            self.alloc_factor[order.idx()] = factor + 1;
+        }
         let stack = &mut self.stacks[order.idx()];
         stack.reserve(2 * n);
         let mut got = 0;

@@ -240,25 +240,32 @@ fn a_run_of_refills_doubles_each_refill_and_a_flush_starts_again_at_a_batch() {
             "refill {i} took {t}, asked {asked}: {took:?}"
         );
     }
-    // Frees past the limit flush, down to a batch below it at once: what the last
-    // large refill left goes back with the first flush.
+    // Frees past the limit (two batches, 16) flush, down to a batch below it at
+    // once: what the last large refill left goes back with the first flush.
     let held = c.cached_pages();
     assert!(held >= 16, "the run's last refill left only {held}");
     c.free(got.pop().unwrap(), Order(0)).unwrap();
-    assert!(
-        c.cached_pages() < 16,
-        "held {} after a flush",
-        c.cached_pages()
-    );
+    assert_eq!(c.cached_pages(), 8, "held {held}, then freed one");
+    // Every later flush, too, leaves a batch below the limit: never fewer.
     for p in got.drain(..) {
         c.free(p, Order(0)).unwrap();
-        assert!(c.cached_pages() < 16, "held {}", c.cached_pages());
+        assert!(
+            (8..16).contains(&c.cached_pages()),
+            "held {}",
+            c.cached_pages()
+        );
     }
-    // The next run starts at one batch again.
+    // A second run doubles again; a flush of the whole cache, with no free in
+    // between to flush it, starts the next run at one batch, doubling from there.
+    let took = refills(&mut c, 40, &mut got);
+    assert!(
+        took.len() >= 2 && (8..16).contains(&took[0]) && (16..32).contains(&took[1]),
+        "a second run: {took:?}"
+    );
     c.flush();
     let took = refills(&mut c, 40, &mut got);
     assert!(
-        (8..16).contains(&took[0]),
+        took.len() >= 2 && (8..16).contains(&took[0]) && (16..32).contains(&took[1]),
         "refills after a flush: {took:?}"
     );
     for p in got {
