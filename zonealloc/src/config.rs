@@ -7,7 +7,9 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::types::{Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT};
+use crate::types::{
+    Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT, MIGRATE_TYPES, NR_ORDERS_MAX,
+};
 
 /// Largest `min_free_kbytes` accepted: Linux's sysctl is an `int`.
 pub const MIN_FREE_KBYTES_MAX: u64 = i32::MAX as u64;
@@ -91,7 +93,8 @@ pub struct Config {
     pub frag_free_path: FragFreePath,
     /// Debug modes: poisoning, init-on-alloc/free.
     pub debug: DebugConfig,
-    /// Most bytes of per-frame metadata (16 a frame) the allocator may allocate.
+    /// Most bytes of per-frame metadata (16 a frame; see `metadata_bytes`) the
+    /// allocator may allocate.
     /// `None`: as much as the machine gives; the allocation is fallible either way,
     /// so a configuration too large for memory is refused, never an abort.
     pub metadata_limit_bytes: Option<u64>,
@@ -158,12 +161,13 @@ impl Config {
     }
 
     /// Bytes of per-frame metadata an allocator over this configuration allocates:
-    /// 16 per spanned frame (holes included).
+    /// 16 per spanned frame (holes included), in whole 64-byte lines, and a line
+    /// for every four of a zone's buddy lists (their sentinels).
     pub fn metadata_bytes(&self) -> u64 {
         self.nodes
             .iter()
             .flat_map(|n| n.zones.iter())
-            .map(|z| z.spanned_pages.saturating_mul(16))
+            .map(|z| zone_metadata_bytes(z.spanned_pages))
             .fold(0, u64::saturating_add)
     }
 
@@ -254,6 +258,20 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A zone's buddy lists: one per order and migratetype, each with a sentinel
+/// entry in the zone's frame table after the frames.
+pub(crate) const ZONE_LISTS: usize = NR_ORDERS_MAX * MIGRATE_TYPES;
+
+/// Bytes of the frame table of a zone spanning `spanned` frames (saturating): 16
+/// a frame in 64-byte lines of four, then the `ZONE_LISTS` sentinels on lines of
+/// their own (the layout `frame::FrameTable` asserts).
+pub(crate) fn zone_metadata_bytes(spanned: u64) -> u64 {
+    spanned
+        .div_ceil(4)
+        .saturating_add(ZONE_LISTS.div_ceil(4) as u64)
+        .saturating_mul(64)
 }
 
 /// Why a configuration was refused.

@@ -269,6 +269,11 @@ const _: () = assert!(
     core::mem::size_of::<Line>() == 64,
     "a Line is one cache line of PageMeta"
 );
+// `config::zone_metadata_bytes` counts the table in lines of four frames.
+const _: () = assert!(
+    PER_LINE == 4,
+    "config::zone_metadata_bytes assumes four frames a line"
+);
 const _: () = assert!(
     core::mem::size_of::<Line>() == PER_LINE * core::mem::size_of::<PageMeta>(),
     "a Line holds its frames and no padding"
@@ -738,6 +743,17 @@ mod tests {
         assert_eq!(w.refcount(), 7);
         assert_eq!(w.with_refcount(1).refcount(), 1);
         assert_eq!(w.with_refcount(1).order(), Order(9));
+    }
+
+    #[test]
+    #[cfg(not(loom))]
+    fn a_zone_table_is_the_size_the_config_counts() {
+        use crate::config::{zone_metadata_bytes, ZONE_LISTS};
+        for nr in [0usize, 1, 3, 4, 5, 255, 256, 1023] {
+            let t = FrameTable::new(0, nr, ZONE_LISTS).unwrap();
+            let bytes = core::mem::size_of_val(&*t.lines) as u64;
+            assert_eq!(bytes, zone_metadata_bytes(nr as u64), "{nr} frames");
+        }
     }
 
     #[test]

@@ -18,9 +18,9 @@
 
 use alloc::boxed::Box;
 
-use crate::config::{ConfigError, ZoneConfig};
+use crate::config::{zone_metadata_bytes, ConfigError, ZoneConfig, ZONE_LISTS};
 use crate::counter::{counters, Counter};
-use crate::frame::{FrameTable, FreeList, PageMeta, Tag, Word};
+use crate::frame::{FrameTable, FreeList, Tag, Word};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
 use crate::pcp::{PcpLocked, PcpSlot};
@@ -141,11 +141,11 @@ impl Zone {
         let spanned = zc.spanned_pages;
         let end = start + spanned;
         let no_memory = ConfigError::Metadata {
-            bytes: spanned.saturating_mul(core::mem::size_of::<PageMeta>() as u64),
+            bytes: zone_metadata_bytes(spanned),
         };
         let frames = usize::try_from(spanned)
             .ok()
-            .and_then(|nr| FrameTable::new(start, nr, NR_ORDERS_MAX * MIGRATE_TYPES))
+            .and_then(|nr| FrameTable::new(start, nr, ZONE_LISTS))
             .ok_or(no_memory)?;
         let lists = core::array::from_fn(|o| {
             core::array::from_fn(|mt| FreeList::new(&frames, o * MIGRATE_TYPES + mt))
