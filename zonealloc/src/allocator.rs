@@ -1246,9 +1246,9 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
-    /// 256 frames in pageblocks of 32, blocks up to order 7: every path of a full-size
-    /// zone (merges above pageblock order included) at a quarter of the frames of
-    /// 4 MiB, which Miri takes about six times as long to build and check.
+    /// 256 frames in pageblocks of 32, blocks up to order 7: large enough for
+    /// mobility grouping and for merges above pageblock order, at a quarter of the
+    /// frames of 4 MiB, which Miri takes about six times as long to build and check.
     fn small() -> ZoneAllocator {
         ZoneAllocator::new(Config {
             nr_cpus: 2,
