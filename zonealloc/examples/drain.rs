@@ -1,0 +1,78 @@
+//! Times a `LocalCache`'s fill and shuffled drain, the two halves of `zonealloc
+//! bench peers`'s fill/drain table, over several zones in one process, round by
+//! round in turn. Each zone is 256 MiB of abstract frames with its own frame table;
+//! a round fills one through a fresh cache at order 0, shuffles the blocks and frees
+//! them all. Run it a few times in a row to see how much of the drain's spread
+//! comes with the process or the moment rather than with the zone: zones that
+//! differ only in where their tables lie print alike within one process.
+//!
+//! ```text
+//! cargo run --release -p zonealloc --example drain -- [ROUNDS] [ZONES]
+//! ```
+//!
+//! Prints, per zone, the median ns per allocation of the fill and per free of the
+//! drain over ROUNDS rounds (default 7), and the drain's fastest and slowest round.
+
+use std::time::Instant;
+
+use zonealloc::{Config, Gfp, Order, Pfn, ZoneAllocator};
+
+fn shuffle(v: &mut [Pfn], seed: u64) {
+    let mut x = seed | 1;
+    for i in (1..v.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut arg = |default: usize| match args.next() {
+        None => default,
+        Some(s) => s.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
+            eprintln!("usage: drain [ROUNDS] [ZONES] (positive numbers)");
+            std::process::exit(2);
+        }),
+    };
+    let (rounds, zones) = (arg(7), arg(4));
+    let zas: Vec<ZoneAllocator> = (0..zones)
+        .map(|_| ZoneAllocator::new(Config::with_bytes(256 << 20)).expect("a 256 MiB zone"))
+        .collect();
+    let mut live: Vec<Pfn> = Vec::with_capacity(1 << 16);
+    let mut fill = vec![Vec::new(); zones];
+    let mut drain = vec![Vec::new(); zones];
+    for r in 0..rounds {
+        for (i, za) in zas.iter().enumerate() {
+            live.clear();
+            let mut cache = za.local_cache(Gfp::KERNEL).expect("a zone serves KERNEL");
+            let t = Instant::now();
+            while let Ok(p) = cache.alloc(Order(0)) {
+                live.push(p);
+            }
+            fill[i].push(t.elapsed().as_secs_f64() * 1e9 / live.len() as f64);
+            shuffle(&mut live, 0x9e37_79b9_7f4a_7c15 ^ (r * zones + i) as u64);
+            let t = Instant::now();
+            for &p in &live {
+                cache.free(p, Order(0)).expect("each block is freed once");
+            }
+            drain[i].push(t.elapsed().as_secs_f64() * 1e9 / live.len() as f64);
+        }
+    }
+    for i in 0..zones {
+        let (lo, hi) = drain[i]
+            .iter()
+            .fold((f64::MAX, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        println!(
+            "zone {i}: fill {:.1} ns, drain {:.1} ns ({lo:.1} – {hi:.1})",
+            median(&mut fill[i]),
+            median(&mut drain[i]),
+        );
+    }
+}
