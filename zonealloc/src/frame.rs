@@ -326,7 +326,7 @@ impl FrameTable {
         let t = table.view();
         for i in 0..lists {
             let s = table.sentinel(i);
-            t.set_word(s, Word::HOLE);
+            t.meta(s).word.store(Word::HOLE.0, Ordering::Relaxed);
             t.set_prev(s, s);
             t.set_next(s, s);
         }
@@ -451,6 +451,20 @@ impl<'a> Frames<'a> {
         &self.metas[idx as usize]
     }
 
+    /// Frame `idx`'s metadata, for its state word. A sentinel's word is `HOLE` and
+    /// padding's `TAIL` from the start, and nothing changes them, so an index past
+    /// the frames is a bug in the caller: checked in debug builds (a release build
+    /// would reach that entry's word).
+    #[inline]
+    fn frame_meta(&self, idx: u32) -> &'a PageMeta {
+        debug_assert!(
+            (idx as usize) < self.nr,
+            "frame index {idx} past {} frames",
+            self.nr
+        );
+        self.meta(idx)
+    }
+
     /// Frame number `pfn`'s metadata, `None` outside the table's frames.
     #[inline]
     fn meta_of(&self, pfn: Pfn) -> Option<&'a PageMeta> {
@@ -501,14 +515,14 @@ impl<'a> Frames<'a> {
     pub fn word(&self, idx: u32) -> Word {
         // Acquire: a reader that sees a state also sees the writes that preceded the
         // Release that published it (the zeroing of an allocated block, for example).
-        Word(self.meta(idx).word.load(Ordering::Acquire))
+        Word(self.frame_meta(idx).word.load(Ordering::Acquire))
     }
 
     /// Sets the state word of frame `idx`. Caller owns the frame's state (holds the
     /// lock of the list it is moving to or from, or won the CAS that froze it).
     #[inline]
     pub fn set_word(&self, idx: u32, w: Word) {
-        self.meta(idx).word.store(w.0, Ordering::Release);
+        self.frame_meta(idx).word.store(w.0, Ordering::Release);
     }
 
     /// Sets the state words of the `count` frames `first`, `first + 2^shift`, ...
@@ -532,7 +546,7 @@ impl<'a> Frames<'a> {
     pub fn cas_word(&self, idx: u32, old: Word, new: Word) -> Result<Word, Word> {
         // AcqRel: the winner sees every write before the state it replaced and
         // publishes its own; pairs with the Acquire in `word`.
-        self.meta(idx)
+        self.frame_meta(idx)
             .word
             .compare_exchange(old.0, new.0, Ordering::AcqRel, Ordering::Acquire)
             .map(Word)
