@@ -12,10 +12,19 @@
 //!
 //! Prints, per zone, the median ns per allocation of the fill and per free of the
 //! drain over ROUNDS rounds (default 7), and the drain's fastest and slowest round.
+//! Each round also times the frees alone: the same shuffled drain into a cache
+//! whose batch exceeds the zone, so that no free flushes (dropping the cache gives
+//! the blocks back after the clock stops). What a free costs there is the
+//! compare-and-swap on its frame's state word and the push; the rest of the
+//! drain's time is the flushes' merges.
 
 use std::time::Instant;
 
 use zonealloc::{Config, Gfp, Order, Pfn, ZoneAllocator};
+
+/// A batch larger than a zone's frames: a cache with it holds every block freed
+/// into it (its flush point is two batches).
+const NO_FLUSH_BATCH: usize = 1 << 20;
 
 fn shuffle(v: &mut [Pfn], seed: u64) {
     let mut x = seed | 1;
@@ -49,6 +58,7 @@ fn main() {
     let mut live: Vec<Pfn> = Vec::with_capacity(1 << 16);
     let mut fill = vec![Vec::new(); zones];
     let mut drain = vec![Vec::new(); zones];
+    let mut frees = vec![Vec::new(); zones];
     for r in 0..rounds {
         for (i, za) in zas.iter().enumerate() {
             live.clear();
@@ -64,11 +74,39 @@ fn main() {
                 cache.free(p, Order(0)).expect("each block is freed once");
             }
             drain[i].push(t.elapsed().as_secs_f64() * 1e9 / live.len() as f64);
+            drop(cache);
+
+            // The frees alone. Such a cache never refills, so its blocks come from
+            // `alloc_pages`; an untimed pass through it first grows its stack to
+            // the zone's size, so that the timed frees reallocate nothing.
+            live.clear();
+            let mut cache = za
+                .local_cache(Gfp::KERNEL)
+                .expect("a zone serves KERNEL")
+                .with_batch(NO_FLUSH_BATCH);
+            while let Ok(p) = cache.alloc(Order(0)) {
+                live.push(p);
+            }
+            for &p in &live {
+                cache.free(p, Order(0)).expect("each block is freed once");
+            }
+            for p in live.iter_mut() {
+                *p = cache.alloc(Order(0)).expect("the cache holds every block");
+            }
+            shuffle(&mut live, 0x7f4a_7c15_9e37_79b9 ^ (r * zones + i) as u64);
+            let t = Instant::now();
+            for &p in &live {
+                cache.free(p, Order(0)).expect("each block is freed once");
+            }
+            frees[i].push(t.elapsed().as_secs_f64() * 1e9 / live.len() as f64);
         }
     }
     for i in 0..zones {
         let (f, _, _) = spread(&mut fill[i]);
         let (d, lo, hi) = spread(&mut drain[i]);
-        println!("zone {i}: fill {f:.1} ns, drain {d:.1} ns ({lo:.1} – {hi:.1})");
+        let (a, _, _) = spread(&mut frees[i]);
+        println!(
+            "zone {i}: fill {f:.1} ns, drain {d:.1} ns ({lo:.1} – {hi:.1}), the frees alone {a:.1} ns"
+        );
     }
 }
