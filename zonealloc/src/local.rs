@@ -131,9 +131,6 @@ pub struct LocalCache<'a, B: Backend> {
     /// Per order: the stack length at which a free flushes, `limit` batches
     /// (kept up to date by `set_flush_at`, so a free compares one number).
     flush_at: [usize; LOCAL_ORDERS],
-    /// Per order: the state word of an allocated block of the order and the
-    /// cache's type, which a hand-out stores and a free expects.
-    alloc_words: [Word; LOCAL_ORDERS],
 }
 
 impl<B: Backend> ZoneAllocator<B> {
@@ -170,7 +167,6 @@ impl<B: Backend> ZoneAllocator<B> {
             flush_run: [0; LOCAL_ORDERS],
             alloc_factor: [0; LOCAL_ORDERS],
             flush_at: [0; LOCAL_ORDERS],
-            alloc_words: core::array::from_fn(|o| Word::alloc(Order(o as u8), gfp.migratetype())),
         }
         .with_batch(LOCAL_CACHE_BATCH))
     }
@@ -214,14 +210,10 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// As `alloc_pages`.
     #[inline(always)]
     pub fn alloc(&mut self, order: Order) -> Result<Pfn, AllocError> {
-        // The common case, inline: no page work, so a cached block is handed out
-        // with one store of the word kept ready for its order.
-        if self.plain {
-            if let Some(stack) = self.stacks.get_mut(order.idx()) {
-                if let Some(pfn) = stack.pop() {
-                    let z = self.zone;
-                    z.frames.set_word(z.idx(pfn), self.alloc_words[order.idx()]);
-                    return Ok(pfn);
+        if let Some(stack) = self.stacks.get_mut(order.idx()) {
+            if let Some(pfn) = stack.pop() {
+                if let Some(p) = self.hand_out(pfn, order) {
+                    return Ok(p);
                 }
             }
         }
@@ -234,7 +226,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     fn hand_out(&self, pfn: Pfn, order: Order) -> Option<Pfn> {
         if self.plain {
             let z = self.zone;
-            z.frames.set_word(z.idx(pfn), self.alloc_words[order.idx()]);
+            z.frames.set_word(z.idx(pfn), Word::alloc(order, self.mt));
             return Some(pfn);
         }
         self.hand_out_checked(pfn, order)
@@ -388,7 +380,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         // same compare-and-swap `update_head` makes, so a racing free still has
         // exactly one winner.
         let idx = z.idx(pfn);
-        let expect = self.alloc_words[order.idx()];
+        let expect = Word::alloc(order, self.mt);
         let w = match z.frames.cas_word(idx, expect, Word::cached(order)) {
             Ok(_) => {
                 self.keep(pfn, order);
