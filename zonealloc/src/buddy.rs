@@ -34,11 +34,30 @@
 //! it is free or compatible); failing that, *steal* the smallest suitable block of
 //! another type without retyping its pageblock.
 
-use crate::frame::{Frames, Tag, Word};
+use crate::frame::{Frames, FreeList, Tag, Word};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{COUNTED, WHOLE};
 use crate::types::{Migratetype, Order, Pfn, NR_ORDERS_MAX};
 use crate::zone::{chunks, ZoneLocked};
+
+/// A zone's limits on merging, read once for a batch of frees: `max`, the
+/// largest order, and `below`, where the merge leaves the block's own pageblock
+/// (the smaller of `max` and pageblock order).
+#[derive(Clone, Copy)]
+struct MergeLimits {
+    max: u8,
+    below: u8,
+}
+
+impl MergeLimits {
+    #[inline(always)]
+    fn of(z: &crate::zone::Zone) -> MergeLimits {
+        MergeLimits {
+            max: z.max_order.0,
+            below: z.max_order.0.min(z.pageblock_order.0),
+        }
+    }
+}
 
 /// `fallbacks[]`: the types each ordinary type borrows from, in order.
 const FALLBACKS: [[Migratetype; 2]; 3] = [
@@ -107,9 +126,9 @@ impl FreeDelta {
 /// disagree.
 pub(crate) struct ListDelta {
     mt: Migratetype,
-    /// Orders with a change to store (a bit each).
-    touched: u32,
-    n: [i32; NR_ORDERS_MAX],
+    /// By order (the array a power of two long, so that indexing it by an order
+    /// masked to its length needs no bounds check in the merge loop).
+    n: [i32; LIST_DELTA_ORDERS],
     /// Pages freed onto the type's lists (a batch's own accounting; a single
     /// free's caller accounts its pages itself).
     pages: i64,
@@ -120,18 +139,20 @@ impl ListDelta {
     pub(crate) fn new(mt: Migratetype) -> ListDelta {
         ListDelta {
             mt,
-            touched: 0,
-            n: [0; NR_ORDERS_MAX],
+            n: [0; LIST_DELTA_ORDERS],
             pages: 0,
         }
     }
 
     #[inline(always)]
     fn add(&mut self, order: Order, d: i32) {
-        self.n[order.idx()] += d;
-        self.touched |= 1 << order.0;
+        debug_assert!(order.idx() < NR_ORDERS_MAX);
+        self.n[order.idx() & (LIST_DELTA_ORDERS - 1)] += d;
     }
 }
+
+/// `ListDelta`'s orders: `NR_ORDERS_MAX` rounded up to a power of two.
+const LIST_DELTA_ORDERS: usize = NR_ORDERS_MAX.next_power_of_two();
 
 impl ZoneLocked<'_> {
     // ---------------------------------------------------------------------------
@@ -158,20 +179,22 @@ impl ZoneLocked<'_> {
         }
     }
 
-    /// Stores what a merge loop kept in `lists` (see `ListDelta`): each touched
-    /// order's net change through `count_list` (an order whose list length came
-    /// back to where it was keeps its counts and its `nonempty` bit), and the
-    /// pages freed into `d`.
+    /// Stores what a merge loop kept in `lists` (see `ListDelta`): each order's
+    /// net change through `count_list` (an order whose list length came back to
+    /// where it was keeps its counts and its `nonempty` bit), and the pages freed
+    /// into `d`.
     #[inline]
     pub(crate) fn apply_lists(&mut self, lists: &ListDelta, d: &mut FreeDelta) {
-        let mut touched = lists.touched;
-        while touched != 0 {
-            let o = touched.trailing_zeros() as u8;
-            touched &= touched - 1;
-            let n = lists.n[o as usize];
-            if n != 0 {
-                self.count_list(Order(o), lists.mt, n as i64);
-            }
+        // Which orders changed, gathered without a branch per order (whether one
+        // did is a coin toss in a shuffled free), then visited bit by bit.
+        let mut changed = 0u32;
+        for (o, &n) in lists.n.iter().enumerate() {
+            changed |= ((n != 0) as u32) << o;
+        }
+        while changed != 0 {
+            let o = changed.trailing_zeros() as u8;
+            changed &= changed - 1;
+            self.count_list(Order(o), lists.mt, lists.n[o as usize] as i64);
         }
         *d = d.with(lists.pages, lists.mt);
     }
@@ -214,21 +237,23 @@ impl ZoneLocked<'_> {
     /// `del_from_free_list` through a view the caller holds (see `Frames`).
     #[inline(always)]
     fn del_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order, mt: Migratetype) {
-        self.unlink_free_in(t, pfn, order, mt);
+        self.unlink_free_in(t, pfn, order);
         self.count_list(order, mt, -1);
     }
 
     /// `del_free_in`'s list operation, leaving the counts to the caller.
     #[inline(always)]
-    fn unlink_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order, mt: Migratetype) {
-        self.unlink_free_idx(t, t.idx(pfn), order, mt);
+    fn unlink_free_in(&mut self, t: Frames<'_>, pfn: Pfn, order: Order) {
+        self.unlink_free_idx(t, t.idx(pfn), order);
     }
 
     /// `unlink_free_in` by table index.
     #[inline(always)]
-    fn unlink_free_idx(&mut self, t: Frames<'_>, idx: u32, order: Order, mt: Migratetype) {
+    fn unlink_free_idx(&mut self, t: Frames<'_>, idx: u32, order: Order) {
         debug_assert_eq!(t.word(idx), Word::buddy(order));
-        self.area.lists[order.idx()][mt.idx()].unlink(t, idx);
+        // Only the block's neighbours' links change: which list it is on need
+        // not be looked up.
+        FreeList::unlink_entry(t, idx);
         t.set_word(idx, Word::TAIL);
     }
 
@@ -426,7 +451,16 @@ impl ZoneLocked<'_> {
         d: &mut FreeDelta,
     ) {
         let mut lists = ListDelta::new(mt);
-        self.merge_free_inline(self.zone.frames.view(), pfn, order, to_tail, d, &mut lists);
+        let lim = MergeLimits::of(self.zone);
+        self.merge_free_inline(
+            self.zone.frames.view(),
+            lim,
+            pfn,
+            order,
+            to_tail,
+            d,
+            &mut lists,
+        );
         self.apply_lists(&lists, d);
     }
 
@@ -466,6 +500,7 @@ impl ZoneLocked<'_> {
         // stores the list counts kept for the type before).
         let mut lists = ListDelta::new(Migratetype::Unmovable);
         let types = z.blocks.view();
+        let lim = MergeLimits::of(z);
         for (pfn, order) in blocks {
             debug_assert!(order <= z.pageblock_order);
             if !types.is_type(pfn, lists.mt) {
@@ -473,7 +508,7 @@ impl ZoneLocked<'_> {
                 lists = ListDelta::new(z.blocks.migratetype(pfn));
             }
             lists.pages += order.nr_pages() as i64;
-            self.merge_free_inline(t, pfn, order, false, &mut d, &mut lists);
+            self.merge_free_inline(t, lim, pfn, order, false, &mut d, &mut lists);
         }
         self.apply_lists(&lists, &mut d);
         d.apply(self);
@@ -489,9 +524,11 @@ impl ZoneLocked<'_> {
     /// pageblock order and above, where two pageblocks' types meet, go on in
     /// `merge_across_pageblocks`.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn merge_free_inline(
         &mut self,
         t: Frames<'_>,
+        lim: MergeLimits,
         pfn: Pfn,
         order: Order,
         to_tail: bool,
@@ -499,23 +536,23 @@ impl ZoneLocked<'_> {
         lists: &mut ListDelta,
     ) {
         let mt = lists.mt;
-        let z = self.zone;
-        let max = z.max_order.0;
-        let (base, nr) = (t.base(), t.frames() as u64);
+        let MergeLimits { max, below } = lim;
+        let base = t.base();
         // The block's head stops being a head if it merges downwards.
         let mut idx = t.idx(pfn);
         t.set_word(idx, Word::TAIL);
         let mut order = order.0;
-        let below = max.min(z.pageblock_order.0);
         let mut merging = true;
         while order < below {
+            // Past the frames (a buddy beyond the zone's end) `word_any` reads
+            // padding, a sentinel or nothing: never a free head.
             let b = ((base + idx as u64) ^ (1u64 << order)).wrapping_sub(base);
-            if b >= nr || t.word(b as u32) != Word::buddy(Order(order)) {
+            if t.word_any(b) != Word::buddy(Order(order)) {
                 merging = false;
                 break;
             }
             let b = b as u32;
-            self.unlink_free_idx(t, b, Order(order), mt);
+            self.unlink_free_idx(t, b, Order(order));
             lists.add(Order(order), -1);
             idx = idx.min(b);
             order += 1;
@@ -533,7 +570,7 @@ impl ZoneLocked<'_> {
         if order + 1 < max {
             let p = base + idx as u64;
             let q = ((p & !(1u64 << order)) ^ (2u64 << order)).wrapping_sub(base);
-            tail |= q < nr && t.word(q as u32) == Word::buddy(Order(order + 1));
+            tail |= t.word_any(q) == Word::buddy(Order(order + 1));
         }
         let order = Order(order);
         self.push_free_in(t, Pfn(base + idx as u64), order, mt, tail);
@@ -562,7 +599,7 @@ impl ZoneLocked<'_> {
             }
             let buddy_mt = z.blocks.migratetype(buddy);
             if buddy_mt == mt {
-                self.unlink_free_in(t, buddy, order, mt);
+                self.unlink_free_in(t, buddy, order);
                 lists.add(order, -1);
             } else if mt.is_mergeable() && buddy_mt.is_mergeable() {
                 self.del_free_in(t, buddy, order, buddy_mt);

@@ -474,6 +474,19 @@ impl<'a> Frames<'a> {
         self.metas.get(i).filter(|_| i < self.nr)
     }
 
+    /// The state word of entry `idx` of the whole table (frames, padding and
+    /// sentinels), `HOLE` past its end: one bounds check. Padding's word is `TAIL`
+    /// and a sentinel's `HOLE` from the start, and nothing changes them, so a
+    /// caller that compares the word with a head state (`Word::buddy`) needs no
+    /// check of its own that `idx` is a frame.
+    #[inline]
+    pub fn word_any(&self, idx: u64) -> Word {
+        usize::try_from(idx)
+            .ok()
+            .and_then(|i| self.metas.get(i))
+            .map_or(Word::HOLE, |m| Word(m.word.load(Ordering::Acquire)))
+    }
+
     /// The state word of frame `pfn`, `None` outside the table: one bounds
     /// check for both questions.
     #[inline]
@@ -495,12 +508,6 @@ impl<'a> Frames<'a> {
     #[inline]
     pub fn base(&self) -> u64 {
         self.base
-    }
-
-    /// Frames in the table (its entries past them are padding and sentinels).
-    #[inline]
-    pub fn frames(&self) -> usize {
-        self.nr
     }
 
     /// The index of frame `pfn`. Caller checked `contains(pfn)`.
@@ -718,6 +725,13 @@ impl FreeList {
     /// links change, the sentinel's among them when it is first or last).
     #[inline]
     pub fn unlink(self, t: Frames<'_>, idx: u32) {
+        FreeList::unlink_entry(t, idx);
+    }
+
+    /// `unlink` of `idx` from whichever list it is on: a circular list's
+    /// neighbours are all the unlink needs.
+    #[inline(always)]
+    pub fn unlink_entry(t: Frames<'_>, idx: u32) {
         let p = t.prev(idx);
         let n = t.next(idx);
         t.set_next(p, n);
