@@ -784,6 +784,33 @@ mod tests {
         }
     }
 
+    /// The merge loop compares `word_any` past the frames with a free head's
+    /// word and relies on padding and sentinels never matching one, with lists
+    /// in use.
+    #[test]
+    fn past_the_frames_no_entry_reads_as_a_free_head() {
+        for nr in [1usize, 3, 5, 8] {
+            let t = FrameTable::new(100, nr, 3).unwrap();
+            let v = t.view();
+            FreeList::new(&t, 0).push(v, 0, false);
+            v.set_word(0, Word::buddy(Order(0)));
+            let last = nr as u32 - 1;
+            if last > 0 {
+                FreeList::new(&t, 2).push(v, last, true);
+                v.set_word(last, Word::buddy(Order(0)));
+            }
+            let past = (t.lines.len() * PER_LINE) as u64;
+            for idx in (nr as u64..past + 4).chain([u32::MAX as u64, u64::MAX]) {
+                let w = v.word_any(idx);
+                assert!(
+                    w == Word::TAIL || w == Word::HOLE,
+                    "{nr} frames: entry {idx} reads {w:?}"
+                );
+            }
+            assert_eq!(v.word_any(0), Word::buddy(Order(0)));
+        }
+    }
+
     #[test]
     fn list_push_and_unlink_keep_links_consistent() {
         let t = FrameTable::new(0, 8, 0).unwrap();
