@@ -66,8 +66,8 @@ impl Figures {
 fn main() {
     let rounds: usize = match std::env::args().nth(1) {
         None => 6,
-        Some(s) => s.parse().unwrap_or_else(|_| {
-            eprintln!("usage: ab-cache [ROUNDS]");
+        Some(s) => s.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
+            eprintln!("usage: ab-cache [ROUNDS] (a positive number)");
             std::process::exit(2)
         }),
     };

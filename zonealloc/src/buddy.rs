@@ -38,7 +38,7 @@ use crate::frame::{Frames, FreeList, Tag, Word};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{COUNTED, WHOLE};
 use crate::types::{Migratetype, Order, Pfn, NR_ORDERS_MAX};
-use crate::zone::{chunks, ZoneLocked};
+use crate::zone::{chunks, Zone, ZoneLocked};
 
 /// A zone's limits on merging, read once for a batch of frees: `max`, the
 /// largest order, and `below`, where the merge leaves the block's own pageblock
@@ -51,7 +51,7 @@ struct MergeLimits {
 
 impl MergeLimits {
     #[inline(always)]
-    fn of(z: &crate::zone::Zone) -> MergeLimits {
+    fn of(z: &Zone) -> MergeLimits {
         MergeLimits {
             max: z.max_order.0,
             below: z.max_order.0.min(z.pageblock_order.0),
@@ -251,9 +251,7 @@ impl ZoneLocked<'_> {
     #[inline(always)]
     fn unlink_free_idx(&mut self, t: Frames<'_>, idx: u32, order: Order) {
         debug_assert_eq!(t.word(idx), Word::buddy(order));
-        // Only the block's neighbours' links change: which list it is on need
-        // not be looked up.
-        FreeList::unlink_entry(t, idx);
+        FreeList::unlink(t, idx);
         t.set_word(idx, Word::TAIL);
     }
 
@@ -268,7 +266,7 @@ impl ZoneLocked<'_> {
         let z = self.zone;
         let idx = z.idx(pfn);
         let t = z.frames.view();
-        self.area.lists[order.idx()][old.idx()].unlink(t, idx);
+        FreeList::unlink(t, idx);
         self.count_list(order, old, -1);
         self.area.lists[order.idx()][new.idx()].push(t, idx, true);
         self.count_list(order, new, 1);

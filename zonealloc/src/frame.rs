@@ -721,17 +721,12 @@ impl FreeList {
         t.set_prev(n, idx);
     }
 
-    /// Takes `idx` off this list (which it must be on: only its neighbours'
-    /// links change, the sentinel's among them when it is first or last).
-    #[inline]
-    pub fn unlink(self, t: Frames<'_>, idx: u32) {
-        FreeList::unlink_entry(t, idx);
-    }
-
-    /// `unlink` of `idx` from whichever list it is on: a circular list's
-    /// neighbours are all the unlink needs.
+    /// Takes `idx` off the list it is on: only its neighbours' links change, the
+    /// sentinel's among them when it is first or last. A circular list's
+    /// neighbours are all the unlink needs, so which list it is need not be
+    /// known.
     #[inline(always)]
-    pub fn unlink_entry(t: Frames<'_>, idx: u32) {
+    pub fn unlink(t: Frames<'_>, idx: u32) {
         let p = t.prev(idx);
         let n = t.next(idx);
         t.set_next(p, n);
@@ -842,12 +837,12 @@ mod tests {
         assert_eq!(a.iter(&t).collect::<Vec<_>>(), [1, 3, 5]);
         assert_eq!((a.first(v), v.prev(a.sentinel())), (Some(1), 5));
         assert_eq!(b.iter(&t).collect::<Vec<_>>(), [6]);
-        a.unlink(v, 3);
+        FreeList::unlink(v, 3);
         assert_eq!(a.iter(&t).collect::<Vec<_>>(), [1, 5]);
-        a.unlink(v, 5);
+        FreeList::unlink(v, 5);
         assert_eq!((a.first(v), v.prev(a.sentinel())), (Some(1), 1));
-        a.unlink(v, 1);
-        b.unlink(v, 6);
+        FreeList::unlink(v, 1);
+        FreeList::unlink(v, 6);
         assert!(a.is_empty(v) && b.is_empty(v));
         // The sentinels are no frames: frame numbers past the zone stay outside.
         assert!(!v.contains(Pfn(8)) && v.word_of(Pfn(8)).is_none());
