@@ -7,7 +7,7 @@
 //! differ only in where their tables lie print alike within one process.
 //!
 //! ```text
-//! cargo run --release -p zonealloc --example drain -- [ROUNDS] [ZONES]
+//! cargo run --release -p zonealloc --example drain -- [ROUNDS] [ZONES] [IDLE_MS]
 //! ```
 //!
 //! Prints, per zone, the median ns per allocation of the fill and per free of the
@@ -17,8 +17,17 @@
 //! the blocks back after the clock stops). What a free costs there is the
 //! compare-and-swap on its frame's state word and the push; the rest of the
 //! drain's time is the flushes' merges.
+//!
+//! With IDLE_MS above 0 (default 0), every second round sleeps that long before
+//! each zone's fill, as a process does between bursts of work or while another
+//! allocator's round runs in a benchmark; the per-zone figures then cover the
+//! rounds with no sleep, the frees alone are not timed (so that a round with no
+//! sleep follows straight on from the one before), and two more lines set the
+//! drain after a sleep beside the drain without one, eighth by eighth of the drain
+//! (the median over zones and rounds of ns per free in each eighth of the
+//! shuffled frees).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use zonealloc::{Config, Gfp, Order, Pfn, ZoneAllocator};
 
@@ -52,6 +61,13 @@ fn main() {
         }),
     };
     let (rounds, zones) = (arg(7), arg(4));
+    let idle_ms: u64 = match std::env::args().nth(3) {
+        None => 0,
+        Some(s) => s.parse().unwrap_or_else(|_| {
+            eprintln!("usage: drain [ROUNDS] [ZONES] [IDLE_MS] (IDLE_MS a number, 0 for none)");
+            std::process::exit(2);
+        }),
+    };
     let zas: Vec<ZoneAllocator> = (0..zones)
         .map(|_| ZoneAllocator::new(Config::with_bytes(256 << 20)).expect("a 256 MiB zone"))
         .collect();
@@ -59,22 +75,45 @@ fn main() {
     let mut fill = vec![Vec::new(); zones];
     let mut drain = vec![Vec::new(); zones];
     let mut frees = vec![Vec::new(); zones];
+    // [without a sleep before the round, with one][eighth of the drain]: ns per free.
+    let mut eighths = vec![vec![Vec::new(); 8]; 2];
+    let mut fill_after = vec![Vec::new(); 2];
     for r in 0..rounds {
+        let slept = idle_ms > 0 && r % 2 == 1;
         for (i, za) in zas.iter().enumerate() {
+            if slept {
+                std::thread::sleep(Duration::from_millis(idle_ms));
+            }
             live.clear();
             let mut cache = za.local_cache(Gfp::KERNEL).expect("a zone serves KERNEL");
             let t = Instant::now();
             while let Ok(p) = cache.alloc(Order(0)) {
                 live.push(p);
             }
-            fill[i].push(t.elapsed().as_secs_f64() * 1e9 / live.len() as f64);
+            let f = t.elapsed().as_secs_f64() * 1e9 / live.len() as f64;
+            fill_after[slept as usize].push(f);
             shuffle(&mut live, 0x9e37_79b9_7f4a_7c15 ^ (r * zones + i) as u64);
             let t = Instant::now();
-            for &p in &live {
-                cache.free(p, Order(0)).expect("each block is freed once");
+            for (j, part) in live.chunks(live.len().div_ceil(8)).enumerate() {
+                let tj = Instant::now();
+                for &p in part {
+                    cache.free(p, Order(0)).expect("each block is freed once");
+                }
+                eighths[slept as usize][j]
+                    .push(tj.elapsed().as_secs_f64() * 1e9 / part.len() as f64);
             }
-            drain[i].push(t.elapsed().as_secs_f64() * 1e9 / live.len() as f64);
+            let d = t.elapsed().as_secs_f64() * 1e9 / live.len() as f64;
             drop(cache);
+            if !slept {
+                fill[i].push(f);
+                drain[i].push(d);
+            }
+            if idle_ms > 0 {
+                // The frees alone would run between one round and the next: left
+                // out, so that a round with no sleep follows straight on from the
+                // one before.
+                continue;
+            }
 
             // The frees alone. Such a cache never refills, so its blocks come from
             // `alloc_pages`; an untimed pass through it first grows its stack to
@@ -104,9 +143,31 @@ fn main() {
     for i in 0..zones {
         let (f, _, _) = spread(&mut fill[i]);
         let (d, lo, hi) = spread(&mut drain[i]);
-        let (a, _, _) = spread(&mut frees[i]);
-        println!(
-            "zone {i}: fill {f:.1} ns, drain {d:.1} ns ({lo:.1} – {hi:.1}), the frees alone {a:.1} ns"
-        );
+        let alone = if frees[i].is_empty() {
+            String::new()
+        } else {
+            format!(", the frees alone {:.1} ns", spread(&mut frees[i]).0)
+        };
+        println!("zone {i}: fill {f:.1} ns, drain {d:.1} ns ({lo:.1} – {hi:.1}){alone}");
+    }
+    if idle_ms > 0 {
+        for (k, what) in ["no sleep before", "after a sleep of {idle_ms} ms"]
+            .iter()
+            .enumerate()
+        {
+            if eighths[k][0].is_empty() {
+                continue;
+            }
+            let (f, _, _) = spread(&mut fill_after[k]);
+            let by: Vec<String> = eighths[k]
+                .iter_mut()
+                .map(|v| format!("{:.1}", spread(v).0))
+                .collect();
+            println!(
+                "{}: fill {f:.1} ns; drain by eighths {} ns a free",
+                what.replace("{idle_ms}", &idle_ms.to_string()),
+                by.join(" / ")
+            );
+        }
     }
 }
