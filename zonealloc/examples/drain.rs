@@ -94,7 +94,7 @@ fn main() {
             fill_after[slept as usize].push(f);
             shuffle(&mut live, 0x9e37_79b9_7f4a_7c15 ^ (r * zones + i) as u64);
             let t = Instant::now();
-            for (j, part) in live.chunks(live.len().div_ceil(8)).enumerate() {
+            for (j, part) in live.chunks(live.len().div_ceil(8).max(1)).enumerate() {
                 let tj = Instant::now();
                 for &p in part {
                     cache.free(p, Order(0)).expect("each block is freed once");
@@ -151,21 +151,22 @@ fn main() {
         println!("zone {i}: fill {f:.1} ns, drain {d:.1} ns ({lo:.1} – {hi:.1}){alone}");
     }
     if idle_ms > 0 {
-        for (k, what) in ["no sleep before", "after a sleep of {idle_ms} ms"]
-            .iter()
-            .enumerate()
-        {
-            if eighths[k][0].is_empty() {
+        let labels = [
+            "no sleep before".to_string(),
+            format!("after a sleep of {idle_ms} ms"),
+        ];
+        for (k, what) in labels.iter().enumerate() {
+            if fill_after[k].is_empty() {
                 continue;
             }
             let (f, _, _) = spread(&mut fill_after[k]);
             let by: Vec<String> = eighths[k]
                 .iter_mut()
+                .filter(|v| !v.is_empty())
                 .map(|v| format!("{:.1}", spread(v).0))
                 .collect();
             println!(
-                "{}: fill {f:.1} ns; drain by eighths {} ns a free",
-                what.replace("{idle_ms}", &idle_ms.to_string()),
+                "{what}: fill {f:.1} ns; drain by eighths {} ns a free",
                 by.join(" / ")
             );
         }
