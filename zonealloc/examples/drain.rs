@@ -56,7 +56,7 @@ fn main() {
     let mut arg = |default: usize| match args.next() {
         None => default,
         Some(s) => s.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
-            eprintln!("usage: drain [ROUNDS] [ZONES] (positive numbers)");
+            eprintln!("usage: drain [ROUNDS] [ZONES] [IDLE_MS] (ROUNDS and ZONES positive)");
             std::process::exit(2);
         }),
     };
