@@ -13,6 +13,13 @@
 # fills and drains both zones once, after one warm-up round). The two zones differ
 # in where their tables lie, which alone can move the ratios a little: run
 # `bash docs/ab-cache.sh HEAD HEAD` beside a comparison to see how much.
+#
+#   PROBE=docs/probes/NAME.patch bash docs/ab-cache.sh HEAD HEAD [ROUNDS]
+#
+# applies a probe (a patch that leaves part of the drain's work out, to size that
+# part; see docs/probes/README.md) to NEW's copy, and runs every round on two new
+# zones, since a probe may leave its lists unusable for another fill. FRESH=1 runs
+# on new zones every round without a probe: the control beside a probe.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 base=${1:?usage: bash docs/ab-cache.sh BASE [NEW] [ROUNDS]}
@@ -36,6 +43,12 @@ crate() {
 }
 crate zonealloc-base "$base"
 crate zonealloc-new "$new"
+fresh=${FRESH:+fresh}
+if [[ -n ${PROBE:-} ]]; then
+    probe=$(realpath "$PROBE")
+    (cd "$tmp/zonealloc-new" && git apply -p1 "$probe")
+    fresh=fresh
+fi
 
 mkdir -p "$tmp/ab/src"
 cp "$root/docs/ab-cache/main.rs" "$tmp/ab/src/main.rs"
@@ -55,7 +68,7 @@ zonealloc-new = { path = "$tmp/zonealloc-new/zonealloc" }
 debug = 1
 TOML
 export CARGO_TARGET_DIR="$root/target/ab-cache"
-echo "base: $base; new: ${new:-the working tree}; $rounds rounds"
+echo "base: $base; new: ${new:-the working tree}${PROBE:+ with $PROBE}${fresh:+; new zones every round}; $rounds rounds"
 cargo build -q --release --manifest-path "$tmp/ab/Cargo.toml" ||
     cargo build -q --release --offline --manifest-path "$tmp/ab/Cargo.toml"
-"$CARGO_TARGET_DIR/release/ab-cache" "$rounds"
+"$CARGO_TARGET_DIR/release/ab-cache" "$rounds" ${fresh:+"$fresh"}

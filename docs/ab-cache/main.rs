@@ -9,7 +9,11 @@
 //! microseconds apart, so both see the same state of the machine; the medians of
 //! the chunk-by-chunk ratios are what the program is for. Round 0 is a warm-up.
 //!
-//! usage: ab-cache [ROUNDS]
+//! With `fresh`, every round runs on two new zones and leaves the old ones
+//! untouched (leaked, never dropped): for a version whose drain leaves its lists
+//! unusable, as a probe that leaves part of the work out does.
+//!
+//! usage: ab-cache [ROUNDS] [fresh]
 
 use std::time::Instant;
 
@@ -54,7 +58,11 @@ impl Figures {
 
     fn line(&mut self, what: &str) -> String {
         let n = self.ratio.len();
-        let (b, nw, r) = (median(&mut self.base), median(&mut self.new), median(&mut self.ratio));
+        let (b, nw, r) = (
+            median(&mut self.base),
+            median(&mut self.new),
+            median(&mut self.ratio),
+        );
         let (lo, hi) = (self.ratio[n / 10], self.ratio[n - 1 - n / 10]);
         format!(
             "{what}: base {b:.2} ns, new {nw:.2} ns a call; new / base chunk by chunk: \
@@ -64,21 +72,41 @@ impl Figures {
 }
 
 fn main() {
-    let rounds: usize = match std::env::args().nth(1) {
-        None => 6,
-        Some(s) => s.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| {
-            eprintln!("usage: ab-cache [ROUNDS] (a positive number)");
-            std::process::exit(2)
-        }),
+    let usage = || -> ! {
+        eprintln!("usage: ab-cache [ROUNDS] [fresh] (ROUNDS a positive number)");
+        std::process::exit(2)
     };
-    let a = zonealloc_base::ZoneAllocator::new(zonealloc_base::Config::with_bytes(256 << 20))
-        .expect("a 256 MiB zone");
-    let b = zonealloc_new::ZoneAllocator::new(zonealloc_new::Config::with_bytes(256 << 20))
-        .expect("a 256 MiB zone");
+    let mut args = std::env::args().skip(1);
+    let rounds: usize = match args.next() {
+        None => 6,
+        Some(s) => s.parse().ok().filter(|&n| n > 0).unwrap_or_else(|| usage()),
+    };
+    let fresh = match args.next().as_deref() {
+        None => false,
+        Some("fresh") => true,
+        Some(_) => usage(),
+    };
+    let zone_a = || {
+        zonealloc_base::ZoneAllocator::new(zonealloc_base::Config::with_bytes(256 << 20))
+            .expect("a 256 MiB zone")
+    };
+    let zone_b = || {
+        zonealloc_new::ZoneAllocator::new(zonealloc_new::Config::with_bytes(256 << 20))
+            .expect("a 256 MiB zone")
+    };
+    // `fresh` leaks each round's zones: `Box::leak` gives them the program's
+    // lifetime, so a cache over one may be forgotten rather than dropped.
+    let (mut a, mut b) = (
+        &*Box::leak(Box::new(zone_a())),
+        &*Box::leak(Box::new(zone_b())),
+    );
     let (mut fill, mut drain) = (Figures::default(), Figures::default());
     let mut la: Vec<u64> = Vec::with_capacity(1 << 16);
     let mut lb: Vec<u64> = Vec::with_capacity(1 << 16);
     for r in 0..=rounds {
+        if fresh && r > 0 {
+            (a, b) = (Box::leak(Box::new(zone_a())), Box::leak(Box::new(zone_b())));
+        }
         let mut ca = a.local_cache(zonealloc_base::Gfp::KERNEL).expect("KERNEL");
         let mut cb = b.local_cache(zonealloc_new::Gfp::KERNEL).expect("KERNEL");
         la.clear();
@@ -149,6 +177,11 @@ fn main() {
             if r > 0 && xa.len() == CHUNK {
                 drain.push(ta, tb);
             }
+        }
+        if fresh {
+            // Dropped, a cache would flush into lists the probe may have broken.
+            std::mem::forget(ca);
+            std::mem::forget(cb);
         }
     }
     println!("{}", fill.line("fill"));
