@@ -154,7 +154,7 @@ pub use pcp::PAGE_ALLOC_COSTLY_ORDER;
 pub use stats::{
     fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,
     PagesetInfo, PcpCpuStats, PcpStatsZone, VmStat, ZoneEventCounts, ZoneFreeCounts, ZoneInfo,
-    ZoneInfoZone, PAGETYPEINFO_WALK_CAP,
+    ZoneInfoZone, PAGETYPEINFO_WALK_CAP, SNAPSHOT_TRIES,
 };
 pub use types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_ORDER_LIMIT, MIGRATE_TYPES};
 pub use vmalloc::{

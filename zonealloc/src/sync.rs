@@ -75,7 +75,7 @@ impl<T: Default> Default for Lock<T> {
 /// A sequence counter: even when no write is in progress, odd during a write.
 ///
 /// Writers (always serialised by a `Lock`) call `write_begin`/`write_end` around a
-/// change; readers take `read_begin`, read relaxed atomics, and retry while
+/// change; readers take `try_read_begin`, read relaxed atomics, and retry while
 /// `read_retry` says a write overlapped.
 pub(crate) struct SeqCount(AtomicU32);
 
@@ -100,23 +100,18 @@ impl SeqCount {
     pub(crate) fn write_end(&self) {
         let s = self.0.load(Ordering::Relaxed);
         // Release store: data stores happen-before the even value (pairs with the
-        // Acquire load in `read_begin`).
+        // Acquire load in `try_read_begin`).
         self.0.store(s.wrapping_add(1), Ordering::Release);
     }
 
-    /// Waits for no write in progress and returns the sequence to validate against.
+    /// The sequence to validate against, or `None` while a write is in progress.
     #[inline]
-    pub(crate) fn read_begin(&self) -> u32 {
-        loop {
-            let s = self.0.load(Ordering::Acquire);
-            if s & 1 == 0 {
-                return s;
-            }
-            spin_hint();
-        }
+    pub(crate) fn try_read_begin(&self) -> Option<u32> {
+        let s = self.0.load(Ordering::Acquire);
+        (s & 1 == 0).then_some(s)
     }
 
-    /// Whether a write overlapped the reads since `read_begin` returned `start`.
+    /// Whether a write overlapped the reads since `try_read_begin` returned `start`.
     #[inline]
     pub(crate) fn read_retry(&self, start: u32) -> bool {
         // Acquire fence: the data loads above are ordered before this re-read

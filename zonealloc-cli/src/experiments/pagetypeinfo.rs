@@ -34,7 +34,7 @@
 
 use std::cell::RefCell;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use zonealloc::{Config, Gfp, Order, Pfn, ZoneAllocator, ZoneType};
@@ -299,38 +299,37 @@ struct MicroRun {
     dump_us: f64,
 }
 
-/// One micro run beside `monitor`.
+/// One micro run beside `monitor`, and the time of each of the monitor's dumps
+/// (µs).
 fn micro_run(
     za: &ZoneAllocator,
     batch: usize,
     inner: u64,
     monitor: Monitor,
     cpus: (Option<usize>, Option<usize>),
-) -> MicroRun {
+) -> (MicroRun, Vec<f64>) {
     let stop = AtomicBool::new(false);
-    let dumps = AtomicU64::new(0);
-    let dump_ns = AtomicU64::new(0);
     std::thread::scope(|s| {
-        if monitor != Monitor::None {
-            let (stop, dumps, dump_ns) = (&stop, &dumps, &dump_ns);
+        let monitor_thread = (monitor != Monitor::None).then(|| {
+            let stop = &stop;
             s.spawn(move || {
                 if let Some(c) = cpus.1 {
                     affinity::pin_current_thread(c);
                 }
                 let walked = monitor == Monitor::Walked;
+                let mut took_us = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let t = Instant::now();
                     dump(za, walked);
                     let took = t.elapsed();
-                    // Relaxed: statistics read after the scope joins this thread.
-                    dumps.fetch_add(1, Ordering::Relaxed);
-                    dump_ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                    took_us.push(took.as_secs_f64() * 1e6);
                     if let Some(rest) = MONITOR_PERIOD.checked_sub(took) {
                         std::thread::sleep(rest);
                     }
                 }
-            });
-        }
+                took_us
+            })
+        });
         let run = s
             .spawn(|| {
                 if let Some(c) = cpus.0 {
@@ -364,12 +363,16 @@ fn micro_run(
             .join()
             .expect("micro thread");
         stop.store(true, Ordering::Relaxed);
-        let n = dumps.load(Ordering::Relaxed);
-        MicroRun {
+        let took_us = monitor_thread
+            .map(|h| h.join().expect("monitor thread"))
+            .unwrap_or_default();
+        let n = took_us.len() as u64;
+        let run = MicroRun {
             dumps: n,
-            dump_us: dump_ns.load(Ordering::Relaxed) as f64 / 1e3 / n.max(1) as f64,
+            dump_us: took_us.iter().sum::<f64>() / n.max(1) as f64,
             ..run
-        }
+        };
+        (run, took_us)
     })
 }
 
@@ -402,19 +405,24 @@ fn micro(
     // Per batch: per monitor, the samples' (alloc, free) split and monitor figures.
     let mut grid: Vec<(usize, Vec<MicroRun>)> = Vec::new();
     let mut overheads: Vec<(usize, f64, f64)> = Vec::new();
+    // Every counters dump of the measured runs (µs), for the tail of the read.
+    let mut counter_dumps: Vec<f64> = Vec::new();
     let batches: &[usize] = if ctx.quick { &QUICK_BATCHES } else { &BATCHES };
     res.param("micro batch sizes", format!("{batches:?}"));
     for &batch in batches {
         let inner = inner_loops(ctx.quick, batch);
         let logs: Vec<RefCell<Vec<MicroRun>>> =
             MONITORS.iter().map(|_| RefCell::new(Vec::new())).collect();
+        let dump_logs: Vec<RefCell<Vec<Vec<f64>>>> =
+            MONITORS.iter().map(|_| RefCell::new(Vec::new())).collect();
         let mut variants: Vec<Variant<'_>> = MONITORS
             .iter()
-            .zip(&logs)
-            .map(|(&m, log)| {
+            .zip(logs.iter().zip(&dump_logs))
+            .map(|(&m, (log, dump_log))| {
                 Variant::new(m.name(), move || {
-                    let r = micro_run(za, batch, inner, m, cpus);
+                    let (r, took_us) = micro_run(za, batch, inner, m, cpus);
                     log.borrow_mut().push(r);
+                    dump_log.borrow_mut().push(took_us);
                     r.alloc_ns + r.free_ns
                 })
             })
@@ -439,6 +447,9 @@ fn micro(
             ],
         ));
         let warm = ctx.warmup;
+        for took_us in dump_logs[2].borrow().iter().skip(warm) {
+            counter_dumps.extend_from_slice(took_us);
+        }
         let medians: Vec<MicroRun> = logs
             .iter()
             .map(|l| {
@@ -483,13 +494,32 @@ fn micro(
         "monitor during the measured runs: walked {nw} dumps, median {uw:.0} µs each \
          (zone lock held for the walk); counters {nc} dumps, median {uc:.1} µs each"
     ));
+    counter_dumps.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        let n = counter_dumps.len();
+        if n == 0 {
+            f64::NAN
+        } else {
+            counter_dumps[((n - 1) as f64 * q).round() as usize]
+        }
+    };
+    res.notes.push(format!(
+        "counters dumps beside the micro benchmark, all {} of the measured runs: median \
+         {:.1} µs, 90th percentile {:.1}, 99th {:.1}, longest {:.1}",
+        counter_dumps.len(),
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0)
+    ));
     res.notes.push(format!(
         "a counters dump took {idle_counters_us:.1} µs on an idle zone and {uc:.1} µs beside \
-         the micro benchmark: the library's snapshot (stats.rs `snapshot`) rereads the \
-         counters until the zone's sequence count is stable, and every order-4 alloc and \
-         free bumps it under the zone lock, so the reader spins against a busy zone and \
-         keeps pulling the counters' cache lines from the writer (Linux's seed 004 reads \
-         its counters once, without a retry)"
+         the micro benchmark (the median of the runs' means): the library's snapshot (stats.rs `snapshot`) rereads the \
+         counters while a write overlaps them, and every order-4 alloc and free writes \
+         under the zone lock, so beside them a read retries, up to {} tries, and then \
+         reads under the lock in one short hold (Linux's seed 004 reads its counters \
+         once, without a retry, and may see them torn)",
+        zonealloc::SNAPSHOT_TRIES
     ));
     res.targets.push(Target::at_most(
         &format!(
