@@ -13,7 +13,7 @@
 //! counter's read section and re-read if a writer overlapped, so a snapshot is never
 //! torn by a concurrent merge; a zone whose lock is held so much of the time that
 //! `SNAPSHOT_TRIES` tries all overlap a write is read under its lock instead, in one
-//! short hold, so that a reader's wait is bounded. Linux's way, walking the lists
+//! short hold, so that a reader's retries are bounded. Linux's way, walking the lists
 //! under the zone lock, is kept as `pagetypeinfo_walked()`: a validator, and the
 //! benchmark's "before".
 
@@ -68,8 +68,8 @@ pub const SNAPSHOT_TRIES: u32 = 64;
 
 /// Reads a zone's counters inside a sequence-counter read section, or, after
 /// `SNAPSHOT_TRIES` tries that a write overlapped, under the zone lock (one short
-/// hold, which no writer can overlap): a consistent copy either way, in bounded
-/// time. Call it with no lock of the zone's held.
+/// hold, which no writer can overlap): a consistent copy either way, after a
+/// bounded number of tries. Call it with no lock of the zone's held.
 pub(crate) fn snapshot(z: &Zone) -> ZoneFreeCounts {
     for _ in 0..SNAPSHOT_TRIES {
         if let Some(s) = z.seq.try_read_begin() {
