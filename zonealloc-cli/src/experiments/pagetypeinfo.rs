@@ -413,16 +413,19 @@ fn micro(
         let inner = inner_loops(ctx.quick, batch);
         let logs: Vec<RefCell<Vec<MicroRun>>> =
             MONITORS.iter().map(|_| RefCell::new(Vec::new())).collect();
-        let dump_logs: Vec<RefCell<Vec<Vec<f64>>>> =
-            MONITORS.iter().map(|_| RefCell::new(Vec::new())).collect();
+        // Each run's counters dumps (µs), warm-up runs first.
+        let counter_log: RefCell<Vec<Vec<f64>>> = RefCell::new(Vec::new());
+        let counter_log = &counter_log;
         let mut variants: Vec<Variant<'_>> = MONITORS
             .iter()
-            .zip(logs.iter().zip(&dump_logs))
-            .map(|(&m, (log, dump_log))| {
+            .zip(&logs)
+            .map(|(&m, log)| {
                 Variant::new(m.name(), move || {
                     let (r, took_us) = micro_run(za, batch, inner, m, cpus);
                     log.borrow_mut().push(r);
-                    dump_log.borrow_mut().push(took_us);
+                    if m == Monitor::Counters {
+                        counter_log.borrow_mut().push(took_us);
+                    }
                     r.alloc_ns + r.free_ns
                 })
             })
@@ -447,7 +450,7 @@ fn micro(
             ],
         ));
         let warm = ctx.warmup;
-        for took_us in dump_logs[2].borrow().iter().skip(warm) {
+        for took_us in counter_log.borrow().iter().skip(warm) {
             counter_dumps.extend_from_slice(took_us);
         }
         let medians: Vec<MicroRun> = logs
@@ -507,15 +510,15 @@ fn micro(
         "counters dumps beside the micro benchmark, all {} of the measured runs: median \
          {:.1} µs, 90th percentile {:.1}, 99th {:.1}, longest {:.1}",
         counter_dumps.len(),
-        at(0.5),
+        median(&counter_dumps),
         at(0.9),
         at(0.99),
         at(1.0)
     ));
     res.notes.push(format!(
         "a counters dump took {idle_counters_us:.1} µs on an idle zone and {uc:.1} µs beside \
-         the micro benchmark (the median of the runs' means): the library's snapshot (stats.rs `snapshot`) rereads the \
-         counters while a write overlaps them, and every order-4 alloc and free writes \
+         the micro benchmark (the median of the runs' means): the library's snapshot \
+         (stats.rs `snapshot`) rereads the counters while a write overlaps them, and every order-4 alloc and free writes \
          under the zone lock, so beside them a read retries, up to {} tries, and then \
          reads under the lock in one short hold (Linux's seed 004 reads its counters \
          once, without a retry, and may see them torn)",
