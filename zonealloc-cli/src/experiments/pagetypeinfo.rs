@@ -518,10 +518,11 @@ fn micro(
     res.notes.push(format!(
         "a counters dump took {idle_counters_us:.1} µs on an idle zone and {uc:.1} µs beside \
          the micro benchmark (the median of the runs' means): the library's snapshot \
-         (stats.rs `snapshot`) rereads the counters while a write overlaps them, and every order-4 alloc and free writes \
-         under the zone lock, so beside them a read retries, up to {} tries, and then \
-         reads under the lock in one short hold (Linux's seed 004 reads its counters \
-         once, without a retry, and may see them torn)",
+         (stats.rs `snapshot`) rereads the counters while a write overlaps them, and \
+         every order-4 alloc and free writes under the zone lock, so beside them a read \
+         retries, up to {} tries, and then reads under the lock in one short hold \
+         (Linux's seed 004 reads its counters once, without a retry, and may see them \
+         torn)",
         zonealloc::SNAPSHOT_TRIES
     ));
     res.targets.push(Target::at_most(
