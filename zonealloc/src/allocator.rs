@@ -38,13 +38,15 @@ use crate::config::{Config, ConfigError};
 use crate::debug::DebugState;
 use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
-use crate::frame::{FrameState, Tag, Word, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED};
+use crate::frame::{
+    FrameState, Tag, Word, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING, MIGRATING_BASE,
+};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{
     count_zone_free, pcp_allowed_order, zone_batchsize, zone_highsize,
     MIN_PERCPU_PAGELIST_HIGH_FRACTION,
 };
-use crate::sync::Ordering;
+use crate::sync::{spin_hint, Ordering};
 use crate::types::Wmark;
 use crate::types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES};
 use crate::zone::{Zone, ZONE_BELOW_HIGH};
@@ -369,7 +371,32 @@ impl<B: Backend> ZoneAllocator<B> {
     /// The state of frame `pfn`, or `None` if it is in no zone.
     pub fn frame_state(&self, pfn: Pfn) -> Option<FrameState> {
         let z = self.zone_of(pfn)?;
-        Some(z.frames.word(z.idx(pfn)).into())
+        Some(Self::head_word(z, z.idx(pfn)).into())
+    }
+
+    /// Frame `idx`'s state word as its owner sees it: a migration's target
+    /// (`FLAG_MIGRATING`, see `migrate`) with the reference count it stands for,
+    /// the old block's plus the takes and drops on the target since, and without
+    /// that flag.
+    fn head_word(z: &Zone, idx: u32) -> Word {
+        let mut w = z.frames.word(idx);
+        loop {
+            if w.tag() != Tag::Alloc || w.flags() & FLAG_MIGRATING == 0 {
+                return w;
+            }
+            let old = z.frames.view().word_any(u64::from(z.frames.next(idx)));
+            let again = z.frames.word(idx);
+            // The old block is seized just before the target settles: look again.
+            if again == w && old.tag() == Tag::Alloc {
+                let since = i64::from(w.refcount()) - i64::from(MIGRATING_BASE);
+                let rc = (i64::from(old.refcount()) + since).clamp(1, i64::from(u32::MAX));
+                return w
+                    .with_refcount(rc as u32)
+                    .with_flags(w.flags() & !FLAG_MIGRATING);
+            }
+            spin_hint();
+            w = again;
+        }
     }
 
     /// The address of frame `pfn`'s page, if the backend gives frames addresses.
@@ -921,7 +948,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// A `FreeError` if `pfn` is not the head of an allocated block.
     pub fn page_count(&self, pfn: Pfn) -> Result<u32, FreeError> {
         let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        let w = z.frames.word(z.idx(pfn));
+        let w = Self::head_word(z, z.idx(pfn));
         if w.tag() != Tag::Alloc {
             return Err(self.classify(z, pfn, w));
         }

@@ -123,9 +123,13 @@ impl Arena {
     /// Maps an arena for every frame of `config`'s zones.
     ///
     /// # Errors
+    /// The error of `Config::validate` for a configuration it refuses;
     /// `ConfigError::NoMemory` without zones; `ConfigError::Backend` if a mapping
     /// fails or does not fit in the address space.
     pub fn new(config: &Config, opts: ArenaOptions) -> Result<Arena, ConfigError> {
+        // The sizes and alignments below shift by `page_shift` and `max_order`,
+        // which only a validated configuration bounds.
+        config.validate()?;
         let runs = frame_runs(config).ok_or(ConfigError::Backend)?;
         if runs.is_empty() {
             return Err(ConfigError::NoMemory);

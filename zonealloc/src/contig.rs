@@ -30,7 +30,7 @@ use alloc::vec::Vec;
 use crate::allocator::{Head, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::FreeError;
-use crate::frame::{Tag, Word, FLAG_GUARDED, FLAG_ISOLATED};
+use crate::frame::{Tag, Word, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::pcp_allowed_order;
 use crate::types::Wmark;
@@ -126,28 +126,21 @@ impl<B: Backend> ZoneAllocator<B> {
         claim: &mut Claim,
         base: usize,
     ) -> Result<(), FreeError> {
+        // A look at every page first, changing nothing: a call with a bad page
+        // (already free, a tail, guarded...) fails here, before it has taken a page
+        // that a racing free by the page's owner would then find `Frozen` and be
+        // refused. Only a page that goes bad between this look and its claim below
+        // (another free racing for it) makes the claim undo what it took.
+        for (p, k) in pages.clone() {
+            if let Some(e) = self.claim_refusal(z, p, k, z.frames.word(z.idx(p))) {
+                return Err(e);
+            }
+        }
         for (i, (p, k)) in pages.clone().enumerate() {
             let idx = z.idx(p);
             let mut w = z.frames.word(idx);
             let taken = loop {
-                let bad = if w.tag() != Tag::Alloc {
-                    Some(self.classify(z, p, w))
-                } else if w.order().0 != 0 {
-                    Some(FreeError::WrongOrder {
-                        pfn: p,
-                        given: Order(0),
-                        actual: w.order(),
-                    })
-                } else if w.flags() & FLAG_GUARDED != 0 {
-                    Some(FreeError::Guarded(p))
-                } else if w.flags() & !FLAG_ISOLATED != 0 {
-                    Some(FreeError::Busy(p))
-                } else if w.refcount() < k + isolated_ref(w) {
-                    Some(FreeError::AlreadyFree(p))
-                } else {
-                    None
-                };
-                if let Some(e) = bad {
+                if let Some(e) = self.claim_refusal(z, p, k, w) {
                     self.unclaim(z, pages.take(i), claim, base);
                     return Err(e);
                 }
@@ -166,6 +159,28 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         Ok(())
+    }
+
+    /// Why `claim_pages` may not drop `k` references of page `p`, whose word is
+    /// `w`: `None` if it may.
+    fn claim_refusal(&self, z: &Zone, p: Pfn, k: u32, w: Word) -> Option<FreeError> {
+        if w.tag() != Tag::Alloc {
+            Some(self.classify(z, p, w))
+        } else if w.order().0 != 0 {
+            Some(FreeError::WrongOrder {
+                pfn: p,
+                given: Order(0),
+                actual: w.order(),
+            })
+        } else if w.flags() & FLAG_GUARDED != 0 {
+            Some(FreeError::Guarded(p))
+        } else if w.flags() & !(FLAG_ISOLATED | FLAG_MIGRATING) != 0 {
+            Some(FreeError::Busy(p))
+        } else if w.refcount() < k + isolated_ref(w) {
+            Some(FreeError::AlreadyFree(p))
+        } else {
+            None
+        }
     }
 
     /// Undoes `claim_pages` for the pages before the bad one.
@@ -641,11 +656,12 @@ impl Claim {
 
 impl<B: Backend> ZoneAllocator<B> {
     /// Whether frame `pfn` may be free: not the head of an allocated block, not a
-    /// hole, not bad, and not inside an allocated block (a lock-free look, which a
-    /// racing allocation can make stale).
+    /// hole, not bad, not held by a `LocalCache` (which no drain reaches), and not
+    /// inside an allocated block (a lock-free look, which a racing allocation can
+    /// make stale).
     fn maybe_free(&self, z: &Zone, pfn: Pfn) -> bool {
         match z.frames.word(z.idx(pfn)).tag() {
-            Tag::Alloc | Tag::Hole | Tag::Bad => false,
+            Tag::Alloc | Tag::Hole | Tag::Bad | Tag::Cached => false,
             Tag::Tail => self.block_of(pfn).is_err(),
             _ => true,
         }

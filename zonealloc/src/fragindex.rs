@@ -7,18 +7,28 @@
 
 /// `fill_contig_page_info()` for one order from a zone's counters:
 /// `(free_pages, free_blocks_total, free_blocks_suitable)`.
+/// Sums that would pass `u64::MAX` (counts no zone can have) stop there.
 pub fn contig_page_info(nr_free_by_order: &[u64], order: usize) -> (u64, u64, u64) {
-    let mut free_pages = 0;
-    let mut total = 0;
-    let mut suitable = 0;
+    let mut free_pages = 0u64;
+    let mut total = 0u64;
+    let mut suitable = 0u64;
     for (o, &n) in nr_free_by_order.iter().enumerate() {
-        total += n;
-        free_pages += n << o;
+        total = total.saturating_add(n);
+        free_pages = free_pages.saturating_add(shl_saturating(n, o));
         if o >= order {
-            suitable += n << (o - order);
+            suitable = suitable.saturating_add(shl_saturating(n, o - order));
         }
     }
     (free_pages, total, suitable)
+}
+
+/// `n << shift`, or `u64::MAX` where that does not fit.
+fn shl_saturating(n: u64, shift: usize) -> u64 {
+    match u32::try_from(shift) {
+        Ok(s) if s < 64 && n <= u64::MAX >> s => n << s,
+        _ if n == 0 => 0,
+        _ => u64::MAX,
+    }
 }
 
 /// `unusable_free_index()`: thousandths of free memory unusable for `order`.
@@ -27,7 +37,8 @@ pub fn unusable_free_index(nr_free_by_order: &[u64], order: usize) -> i64 {
     if free == 0 {
         return 1000;
     }
-    ((free - (suitable << order)) * 1000 / free) as i64
+    let unusable = free.saturating_sub(shl_saturating(suitable, order));
+    (u128::from(unusable) * 1000 / u128::from(free)) as i64
 }
 
 /// `__fragmentation_index()`: toward 0, a failure at `order` would be for lack of
@@ -40,6 +51,7 @@ pub fn fragmentation_index(nr_free_by_order: &[u64], order: usize) -> i64 {
     if suitable > 0 {
         return -1000;
     }
-    let requested = 1u64 << order;
-    1000 - ((1000 + free * 1000 / requested) / total) as i64
+    let requested = u128::from(shl_saturating(1, order));
+    let scaled = (1000 + u128::from(free) * 1000 / requested) / u128::from(total);
+    1000i64.saturating_sub(i64::try_from(scaled).unwrap_or(i64::MAX))
 }

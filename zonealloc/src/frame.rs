@@ -12,6 +12,9 @@
 //!                  cache's published bias (see `page_frag`)
 //!    FLAG_ISOLATED compaction isolated the movable block to migrate it and holds
 //!                  one of its references (see `migrate`)
+//!    FLAG_MIGRATING (with FLAG_ISOLATED) a migration's target, whose refcount is
+//!                  relative to MIGRATING_BASE and whose `next` names the old block
+//!                  until compaction carries the old block's references over
 //!  prev (u32):  table index of the previous entry on the list this head is on
 //!  next (u32):  table index of the next entry (NIL: none; off any list)
 //! ```
@@ -95,6 +98,17 @@ pub(crate) const FLAG_FRAG: u8 = 2;
 /// the owner's references and the block cannot be freed under the migration; the
 /// last reference compaction drops frees it (see `migrate`).
 pub(crate) const FLAG_ISOLATED: u8 = 4;
+
+/// Head flag, with `FLAG_ISOLATED`, of a migration's target from before the
+/// owner's callback until compaction has carried the old block's references over
+/// to it (see `migrate`). Its refcount is then `MIGRATING_BASE` plus the owner's
+/// takes and drops on the target so far, and its `next` link names the old block.
+pub(crate) const FLAG_MIGRATING: u8 = 8;
+
+/// The refcount a migrating target starts from: far above any count an owner
+/// reaches, so that its takes and drops only move it up and down and none of them
+/// can look like the last reference.
+pub(crate) const MIGRATING_BASE: u32 = 1 << 30;
 
 /// A decoded copy of a frame's state word.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

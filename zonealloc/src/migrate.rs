@@ -76,13 +76,26 @@
 //! ```text
 //!  isolate   Alloc{rc = r}             ──CAS──▶ Alloc{ISOLATED, rc = r + 1}
 //!            (compaction now holds one reference of its own)
-//!  target    new: private free block   ──────▶ Alloc{ISOLATED, rc = r' + 1}
-//!            (r' = the owner's references on old just before the call)
+//!  target    new: private free block   ──────▶ Alloc{ISOLATED|MIGRATING, rc = B}
+//!            (B = MIGRATING_BASE; the owner's takes and drops on new move rc
+//!            from there, and new's `next` link names old)
 //!  call      owner.migrate(old, new): copies, switches references, or refuses
-//!  moved     old ──CAS──▶ Frozen, freed;   new: compaction's reference dropped
+//!  moved     old ──CAS──▶ Frozen, freed, its rc = r' + 1 carried over:
+//!            new ──CAS──▶ Alloc{ISOLATED, rc = r' + 1 + (rc - B)};
+//!            then compaction's reference on new dropped (putback)
 //!  refused   new ──CAS──▶ Frozen, kept as a target;   old: putback
 //!  putback   Alloc{ISOLATED, rc}: rc > 1 ─▶ Alloc{rc - 1};  rc = 1 ─▶ Frozen, freed
 //! ```
+//!
+//! The count is carried over only after the callback, because the contract
+//! serialises the callback, not the moments around it: the owner may take or drop
+//! references on the old block until its callback starts (after compaction first
+//! looked at it), and on the new one as soon as its references name it, which can
+//! be before compaction has seen the callback return. So the old block's count is
+//! read when compaction seizes it, once the callback is over, and added to what
+//! the owner did to the new block meanwhile; until then the new block's count
+//! sits far above any real one (`MIGRATING_BASE`), so none of the owner's drops
+//! can look like its last, and `page_count` answers the sum of the two.
 //!
 //! While a block is isolated its owner may still free it or drop references: the
 //! owner's `free_pages`/`put_page` drops one of the owner's references (never
@@ -92,12 +105,12 @@
 //! after a page was freed under migration. A free of an isolated block whose owner
 //! references are all gone is a double free and is refused (`AlreadyFree`),
 //! changing nothing: detection stays exact. Calls that would change the block's
-//! shape or owner (`split_page`, a guard, the multi-page frees' claim) answer
-//! `Busy` while it is isolated.
+//! shape or owner (`split_page`, a guard) answer `Busy` while it is isolated; the
+//! multi-page frees drop the owner's references on it as `free_pages` does.
 
 use crate::allocator::{Via, ZoneAllocator};
 use crate::backend::Backend;
-use crate::frame::{Tag, Word, FLAG_ISOLATED};
+use crate::frame::{Tag, Word, FLAG_ISOLATED, FLAG_MIGRATING, MIGRATING_BASE};
 use crate::migrator::{Migrate, MigrateOutcome, Migration};
 use crate::types::{Migratetype, Order, Pfn};
 use crate::zone::Zone;
@@ -160,17 +173,39 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// Takes every reference off an isolated head (the caller's and any the owner
-    /// left) and returns the head's order: the block is the caller's, `Frozen`.
-    fn seize_isolated(&self, z: &Zone, pfn: Pfn) -> Order {
+    /// left) and returns how many there were: the block is the caller's, `Frozen`.
+    fn seize_isolated(&self, z: &Zone, pfn: Pfn) -> u32 {
         let idx = z.idx(pfn);
         let mut w = z.frames.word(idx);
         loop {
             debug_assert!(w.tag() == Tag::Alloc && w.flags() & FLAG_ISOLATED != 0);
             match z.frames.cas_word(idx, w, Word::frozen(w.order())) {
-                Ok(_) => return w.order(),
+                Ok(_) => return w.refcount(),
                 Err(cur) => w = cur,
             }
         }
+    }
+
+    /// Carries the old block's `held` references (the owner's as of its callback,
+    /// and compaction's) over to the migrating target `new`, on top of the takes
+    /// and drops its owner made on `new` since the callback gave it out, and ends
+    /// its migrating state (its `next` link back to `link`). An owner that dropped more references than it held
+    /// (a contract breach) leaves only compaction's, so that its putback frees the
+    /// block.
+    fn settle_target(&self, z: &Zone, new: Pfn, held: u32, link: u32) {
+        let idx = z.idx(new);
+        let mut w = z.frames.word(idx);
+        loop {
+            debug_assert!(w.tag() == Tag::Alloc && w.flags() & FLAG_MIGRATING != 0);
+            let since = i64::from(w.refcount()) - i64::from(MIGRATING_BASE);
+            let rc = (i64::from(held) + since).clamp(1, i64::from(u32::MAX)) as u32;
+            let settled = w.with_refcount(rc).with_flags(w.flags() & !FLAG_MIGRATING);
+            match z.frames.cas_word(idx, w, settled) {
+                Ok(_) => break,
+                Err(cur) => w = cur,
+            }
+        }
+        z.frames.view().set_next(idx, link);
     }
 
     /// Migrates the isolated block `old` of `order` to `new`, a block of the same
@@ -190,10 +225,18 @@ impl<B: Backend> ZoneAllocator<B> {
             self.putback_movable(z, old);
             return Step::Freed;
         }
-        // The target carries the owner's references as of now, plus compaction's,
-        // so the owner can free it the moment its references name it.
-        let target = Word::alloc_flagged(order, Migratetype::Movable, FLAG_ISOLATED)
-            .with_refcount(w.refcount());
+        // The target is migrating until the callback is over: the owner may still
+        // take and drop references on the old block until its callback starts (it
+        // serialises only the callback), and on the new one from the moment the
+        // callback names it, so the old block's count is carried over only once
+        // the callback has returned (`settle_target`). Meanwhile the target's count
+        // is relative to `MIGRATING_BASE`, and its `next` link names the old block
+        // for `page_count`.
+        let target =
+            Word::alloc_flagged(order, Migratetype::Movable, FLAG_ISOLATED | FLAG_MIGRATING)
+                .with_refcount(MIGRATING_BASE);
+        let link = z.frames.next(z.idx(new));
+        z.frames.view().set_next(z.idx(new), z.idx(old));
         z.frames.set_word(z.idx(new), target);
         let copy = |from: Pfn, to: Pfn, nr: u64| self.backend.copy_pages(from, to, nr);
         let outcome = m.migrate(&Migration {
@@ -204,7 +247,8 @@ impl<B: Backend> ZoneAllocator<B> {
         });
         match outcome {
             MigrateOutcome::Moved => {
-                self.seize_isolated(z, old);
+                let held = self.seize_isolated(z, old);
+                self.settle_target(z, new, held, link);
                 z.events.pgalloc.inc(order.nr_pages());
                 self.release_frozen(z, old, order, Via::Zone);
                 self.putback_movable(z, new);
@@ -212,6 +256,7 @@ impl<B: Backend> ZoneAllocator<B> {
             }
             MigrateOutcome::Refused => {
                 self.seize_isolated(z, new);
+                z.frames.view().set_next(z.idx(new), link);
                 if self.putback_movable(z, old) {
                     Step::Freed
                 } else {

@@ -63,8 +63,11 @@ impl Migration<'_> {
 ///   (a lock, as Linux's migration holds the page lock). Between the call and its
 ///   return, do not free or reference the old block by another path.
 /// * Return `Moved` only once your references name the new block. The new block
-///   arrives with as many references as you held on the old one; from the return
-///   on compaction frees the old block, and using it is a use after free.
+///   arrives with as many references as you held on the old one when the call
+///   began (those you took or dropped before it, after compaction picked the
+///   block, included), and keeps any you take or drop on it from then on, even
+///   before compaction has seen the call return; from the return on compaction
+///   frees the old block, and using it is a use after free.
 ///
 /// Breaking the contract can corrupt only the owner's data: the allocator's own
 /// state (every frame free exactly once or owned exactly once) holds whatever the

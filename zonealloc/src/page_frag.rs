@@ -60,7 +60,7 @@ use crate::allocator::{Head, Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::config::FragFreePath;
 use crate::error::{AllocError, FreeError};
-use crate::frame::{Tag, Word, FLAG_FRAG};
+use crate::frame::{Tag, Word, FLAG_FRAG, FLAG_ISOLATED};
 use crate::gfp::Gfp;
 use crate::sync::{AtomicU32, Ordering};
 use crate::types::{Order, Pfn};
@@ -386,6 +386,11 @@ impl<B: Backend> ZoneAllocator<B> {
         let (old, new) = self.update_head(z, head, Holder::Frag, |w| {
             // Acquire: pairs with the cache's Release store of the bias.
             if w.flags() & FLAG_FRAG != 0 && w.refcount() <= bias.load(Ordering::Acquire) {
+                return Err(FreeError::AlreadyFree(pfn));
+            }
+            // An isolated block's last reference is compaction's (see `migrate`):
+            // refused here as `free_pages` refuses it.
+            if w.refcount() <= 1 && w.flags() & FLAG_ISOLATED != 0 {
                 return Err(FreeError::AlreadyFree(pfn));
             }
             Ok(if w.refcount() <= 1 {

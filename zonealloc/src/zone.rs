@@ -372,6 +372,7 @@ impl Zone {
 /// The greedy decomposition of `[pfn, pfn + nr)` into naturally aligned blocks: each
 /// step takes the largest order that is aligned at the current frame, fits in what is
 /// left, and does not exceed `max_order` (frame 0 counts as aligned to any order).
+/// A range that would run past the last frame number (`u64::MAX`) ends there.
 pub fn chunks(pfn: Pfn, nr: u64, max_order: Order) -> impl Iterator<Item = (Pfn, Order)> {
     let mut p = pfn.0;
     let mut left = nr;
@@ -383,8 +384,14 @@ pub fn chunks(pfn: Pfn, nr: u64, max_order: Order) -> impl Iterator<Item = (Pfn,
         let fit = crate::types::ilog2(left);
         let o = align.min(fit).min(max_order.0 as u32) as u8;
         let out = (Pfn(p), Order(o));
-        p += 1 << o;
-        left -= 1 << o;
+        // A range that runs past the last frame number ends there.
+        match p.checked_add(1 << o) {
+            Some(next) => {
+                p = next;
+                left -= 1 << o;
+            }
+            None => left = 0,
+        }
         Some(out)
     })
 }

@@ -345,3 +345,118 @@ fn compaction_beside_allocating_and_freeing_threads_keeps_the_ledger_exact() {
     drop(t);
     settled(&sh.za);
 }
+
+/// An owner that serialises its reference changes with its callback (one lock) and
+/// keeps, per block, the references it holds: 1 or 2.
+#[derive(Default)]
+struct Counted {
+    table: Mutex<CountedTable>,
+}
+
+/// pfn -> id, and id -> (pfn, references held).
+type CountedTable = (HashMap<u64, usize>, Vec<(Pfn, u32)>);
+
+impl Migrate for Counted {
+    fn relocate(&self, old: Pfn, new: Pfn, _order: Order) -> MigrateOutcome {
+        let mut t = self.table.lock().unwrap();
+        let Some(id) = t.0.remove(&old.0) else {
+            return MigrateOutcome::Refused;
+        };
+        t.0.insert(new.0, id);
+        t.1[id].0 = new;
+        MigrateOutcome::Moved
+    }
+}
+
+#[test]
+fn references_taken_before_the_callback_move_with_the_block() {
+    // The owner takes and drops a second reference on its blocks, under its lock,
+    // while compaction moves them. A reference taken after compaction isolated a
+    // block but before the owner's callback ran must arrive on the new block: a
+    // count taken too early frees the block under its owner (then hands it out
+    // again) or leaves it one reference it never loses.
+    let za = ZoneAllocator::new(Config {
+        nr_cpus: 2,
+        ..Config::with_bytes(32 << 20)
+    })
+    .unwrap();
+    let zone = za.zone_id_of(Pfn(0)).unwrap();
+    let mut moved = 0;
+    let changes = AtomicU64::new(0);
+    for round in 0..6u64 {
+        let owner = Counted::default();
+        let mut all = Vec::new();
+        while let Ok(p) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NORETRY, Order(0)) {
+            all.push(p);
+        }
+        {
+            let mut t = owner.table.lock().unwrap();
+            for p in all {
+                if p.0 % 4 == 0 {
+                    let id = t.1.len();
+                    t.1.push((p, 1));
+                    t.0.insert(p.0, id);
+                } else {
+                    za.free_pages(p, Order(0)).unwrap();
+                }
+            }
+        }
+        let stop = AtomicBool::new(false);
+        let errors = AtomicU64::new(0);
+        // The owner starts first, so that its changes overlap the compactions.
+        let started = AtomicBool::new(false);
+        moved += thread::scope(|s| {
+            s.spawn(|| {
+                let mut rng = round;
+                let n = owner.table.lock().unwrap().1.len();
+                started.store(true, Ordering::Release);
+                while !stop.load(Ordering::Relaxed) {
+                    let id = step(&mut rng) as usize % n;
+                    let mut t = owner.table.lock().unwrap();
+                    let (p, refs) = t.1[id];
+                    let ok = if refs == 1 {
+                        za.get_page(p).is_ok()
+                    } else {
+                        za.put_page(p) == Ok(false)
+                    };
+                    if ok {
+                        t.1[id].1 = 3 - refs;
+                        changes.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            while !started.load(Ordering::Acquire) {
+                thread::yield_now();
+            }
+            let mut moved = 0;
+            for _ in 0..4 {
+                moved += za.compact_zone(zone, None, &owner).unwrap().pages_moved;
+            }
+            stop.store(true, Ordering::Relaxed);
+            moved
+        });
+        assert_eq!(
+            errors.load(Ordering::Relaxed),
+            0,
+            "the owner's calls were refused"
+        );
+        let t = owner.table.lock().unwrap();
+        for &(p, refs) in &t.1 {
+            assert_eq!(za.page_count(p), Ok(refs), "block at {p}");
+        }
+        for &(p, refs) in &t.1 {
+            for _ in 0..refs {
+                za.put_page(p).unwrap();
+            }
+        }
+    }
+    let changes = changes.load(Ordering::Relaxed);
+    println!("{moved} pages moved, {changes} reference changes beside them");
+    assert!(
+        moved > 0 && changes > 0,
+        "compaction moved nothing or the owner changed nothing: the test proves nothing"
+    );
+    settled(&za);
+}

@@ -279,3 +279,53 @@ fn two_owner_frees_vs_migration() {
         assert_eq!(za.nr_free_pages(), FRAMES);
     });
 }
+
+static MOVED_4: AtomicUsize = AtomicUsize::new(0);
+
+/// (4) The owner takes a second reference on page 1 and drops it again, each under
+/// its table lock (with its callback, the only thing the contract serialises),
+/// while compaction moves the page. A reference taken after compaction looked at
+/// the old page but before the callback ran arrives on the new page; the drop
+/// through the table's pfn, old or new, leaves the page with the one reference
+/// the owner holds, and no frame is freed under it.
+#[test]
+fn owner_reference_changes_vs_migration() {
+    model(
+        "owner_reference_changes_vs_migration",
+        BOUND_TWO_THREADS,
+        || {
+            let (za, owner, ledger) = setup();
+            let id = za.zone_id_of(Pfn(0)).unwrap();
+            let c = {
+                let (za, owner) = (za.clone(), owner.clone());
+                thread::spawn(move || za.compact_zone(id, None, &*owner).unwrap())
+            };
+            let page = |t: &[(u64, u32)]| Pfn(t.iter().find(|e| e.1 == 1).expect("owned").0);
+            {
+                let t = owner.table.lock().unwrap();
+                let p = page(&t);
+                za.get_page(p).unwrap();
+                // The owner's two, and compaction's while it holds the page.
+                let n = za.page_count(p).unwrap();
+                assert!(n == 2 || n == 3, "page_count {n}");
+            }
+            {
+                let t = owner.table.lock().unwrap();
+                assert_eq!(za.put_page(page(&t)), Ok(false));
+            }
+            let r = c.join().unwrap();
+            if r.pages_moved > 0 {
+                MOVED_4.fetch_add(1, Ordering::Relaxed);
+            }
+            finish(&za, &owner, &ledger);
+            owner.free(&za, 1);
+            owner.free(&za, 2);
+            finish(&za, &owner, &ledger);
+            assert_eq!(za.nr_free_pages(), FRAMES);
+        },
+    );
+    assert!(
+        MOVED_4.load(Ordering::Relaxed) > 0,
+        "no execution moved the page"
+    );
+}

@@ -513,3 +513,188 @@ fn busy_alloc_contig_range_changes_nothing() {
     za.free_pages(busy, Order(0)).unwrap();
     settled(&za);
 }
+
+#[test]
+fn alloc_contig_range_over_a_local_cache_block_changes_nothing() {
+    let za = ZoneAllocator::new(Config {
+        nr_cpus: 1,
+        ..Config::with_bytes(64 << 20)
+    })
+    .unwrap();
+    let mut cache = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    let held = cache.alloc(Order(0)).unwrap();
+    cache.free(held, Order(0)).unwrap(); // free, but the cache's
+    let parked: Vec<Pfn> = (0..8)
+        .map(|_| za.alloc_pages_on(0, Gfp::KERNEL, Order(0)).unwrap())
+        .collect();
+    for &p in &parked {
+        za.free_pages_on(0, p, Order(0)).unwrap();
+    }
+    let pcp = za.nr_pcp_pages();
+    assert!(pcp > 0);
+    let before = za.state_digest();
+    let r = za.alloc_contig_range(Pfn(held.0.saturating_sub(10)), held.add(10));
+    assert!(matches!(r, Err(ContigError::Busy(_))), "{r:?}");
+    assert_eq!(
+        (za.state_digest(), za.nr_pcp_pages()),
+        (before, pcp),
+        "a range over a cached block was refused only after draining the lists"
+    );
+    drop(cache);
+    settled(&za);
+}
+
+// -----------------------------------------------------------------------------
+// 9. A refused multi-page free and the owner of one of its pages
+// -----------------------------------------------------------------------------
+
+#[test]
+fn refused_contig_free_does_not_hide_a_page_from_its_owner() {
+    // One thread keeps calling `free_contig_range(x, 2)` where `x + 1` is already
+    // free, so every call is refused. `x` belongs to the other thread, whose
+    // reference changes on it must all go through: a refused call takes nothing,
+    // not even for a moment.
+    let za = ZoneAllocator::new(Config {
+        nr_cpus: 1,
+        ..Config::with_bytes(16 << 20)
+    })
+    .unwrap();
+    let x = za.alloc_pages(Gfp::KERNEL, Order(1)).unwrap();
+    za.split_page(x, Order(1)).unwrap();
+    za.free_pages(x.add(1), Order(0)).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let refused = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                assert!(za.free_contig_range(x, 2).is_err());
+                assert!(za.free_pages_bulk(&[x, x.add(1)]).is_err());
+            }
+        });
+        let mut refused = 0u32;
+        for _ in 0..200_000 {
+            match za.get_page(x) {
+                Ok(()) => assert_eq!(za.put_page(x), Ok(false)),
+                Err(_) => refused += 1,
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        refused
+    });
+    assert_eq!(refused, 0, "the owner's get_page was refused");
+    assert_eq!(za.page_count(x), Ok(1));
+    za.free_pages(x, Order(0)).unwrap();
+    settled(&za);
+}
+
+// -----------------------------------------------------------------------------
+// 10. Compaction's own reference
+// -----------------------------------------------------------------------------
+
+/// A migrator whose callback frees the block it is asked to move, then frees it
+/// again by its address through `page_frag_free`.
+struct FreesTwiceInCallback<'a> {
+    za: &'a ZoneAllocator<Arena>,
+    seen: std::sync::Mutex<Option<(Pfn, bool, bool, bool)>>,
+}
+
+impl Migrate for FreesTwiceInCallback<'_> {
+    fn migrate(&self, m: &Migration<'_>) -> MigrateOutcome {
+        let mut seen = self.seen.lock().unwrap();
+        if seen.is_none() {
+            let old = m.source();
+            let first = self.za.free_pages(old, Order(0)).is_ok();
+            let again = self.za.free_pages(old, Order(0)).is_ok();
+            let addr = self.za.page_address(old).unwrap().as_ptr();
+            let by_address = self.za.page_frag_free(addr).is_ok();
+            *seen = Some((old, first, again, by_address));
+        }
+        MigrateOutcome::Refused
+    }
+}
+
+#[test]
+fn page_frag_free_cannot_drop_compactions_reference() {
+    let za = ZoneAllocator::with_arena(
+        Config {
+            nr_cpus: 1,
+            ..Config::with_bytes(16 << 20)
+        },
+        ArenaOptions::default(),
+    )
+    .unwrap();
+    // Movable pages everywhere, every fourth kept: compaction has blocks to move.
+    let mut all = Vec::new();
+    while let Ok(p) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NORETRY, Order(0)) {
+        all.push(p);
+    }
+    let (kept, gone): (Vec<Pfn>, Vec<Pfn>) = all.into_iter().partition(|p| p.0 % 4 == 0);
+    for p in gone {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    let zone = za.zone_id_of(kept[0]).unwrap();
+    let m = FreesTwiceInCallback {
+        za: &za,
+        seen: std::sync::Mutex::new(None),
+    };
+    za.compact_zone(zone, None, &m).unwrap();
+    let (old, first, again, by_address) = m.seen.lock().unwrap().expect("no migration");
+    assert!(first, "the owner's one free was refused");
+    assert!(!again, "free_pages took compaction's reference");
+    assert!(!by_address, "page_frag_free took compaction's reference");
+    for p in kept.into_iter().filter(|&p| p != old) {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    settled(&za);
+}
+
+// -----------------------------------------------------------------------------
+// 11. Bad input to constructors, drops and public helpers
+// -----------------------------------------------------------------------------
+
+#[test]
+fn with_arena_refuses_what_validate_refuses() {
+    for c in [
+        Config {
+            max_order: Order(100),
+            ..Config::with_bytes(16 << 20)
+        },
+        Config {
+            page_shift: 64,
+            ..Config::with_bytes(16 << 20)
+        },
+        Config {
+            max_order: Order(60),
+            ..Config::with_bytes(16 << 20)
+        },
+    ] {
+        let e = c.validate().unwrap_err();
+        assert_eq!(Arena::new(&c, ArenaOptions::default()).err(), Some(e));
+        assert_eq!(
+            ZoneAllocator::with_arena(c, ArenaOptions::default()).err(),
+            Some(e)
+        );
+    }
+}
+
+#[test]
+fn vmalloc_space_drop_survives_a_page_freed_behind_its_back() {
+    let za = abstract_za(16 << 20);
+    let vm = VmallocSpace::new(&za, VmallocConfig::default()).unwrap();
+    let area = vm.vmalloc(2 * 4096).unwrap();
+    let stolen = area.pages()[0];
+    za.free_pages(stolen, Order(0)).unwrap();
+    drop(vm); // frees the area's other page, refuses the one already free
+    settled(&za);
+}
+
+#[test]
+fn public_arithmetic_helpers_saturate() {
+    let c: Vec<(Pfn, Order)> = chunks(Pfn(u64::MAX), 1, Order(10)).collect();
+    assert_eq!(c, vec![(Pfn(u64::MAX), Order(0))]);
+    let c: Vec<(Pfn, Order)> = chunks(Pfn(u64::MAX - 1), 10, Order(10)).collect();
+    assert_eq!(c, vec![(Pfn(u64::MAX - 1), Order(1))]);
+    assert_eq!(fragmentation_index(&[1], 64), 0);
+    assert_eq!(fragmentation_index(&[u64::MAX], 1), 500);
+    assert_eq!(unusable_free_index(&[0; 65], 0), 1000);
+    assert_eq!(unusable_free_index(&[1; 70], 3), 0);
+}
