@@ -228,16 +228,26 @@ impl Config {
                         node: nid,
                         zone_type: z.zone_type,
                     })?;
-                let mut holes = 0u64;
+                let mut spans: Vec<(u64, u64)> = Vec::with_capacity(z.holes.len());
                 for &(h, n) in &z.holes {
                     let hend = h.0.saturating_add(n);
-                    if h < z.start_pfn || hend > end || holes.checked_add(n).is_none() {
+                    if h < z.start_pfn || hend > end {
                         return Err(ConfigError::HoleOutsideZone {
                             node: nid,
                             zone_type: z.zone_type,
                         });
                     }
-                    holes += n;
+                    spans.push((h.0, hend));
+                }
+                // Frames in holes, each once however many holes cover it.
+                spans.sort_unstable();
+                let (mut holes, mut covered) = (0u64, z.start_pfn.0);
+                for (h, hend) in spans {
+                    let from = h.max(covered);
+                    if hend > from {
+                        holes += hend - from;
+                        covered = hend;
+                    }
                 }
                 if z.spanned_pages > 0 {
                     ranges.push((z.start_pfn.0, end));

@@ -189,9 +189,9 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Carries the old block's `held` references (the owner's as of its callback,
     /// and compaction's) over to the migrating target `new`, on top of the takes
     /// and drops its owner made on `new` since the callback gave it out, and ends
-    /// its migrating state (its `next` link back to `link`). An owner that dropped more references than it held
-    /// (a contract breach) leaves only compaction's, so that its putback frees the
-    /// block.
+    /// its migrating state (its `next` link back to `link`). An owner that dropped
+    /// more references than it held (a contract breach) leaves only compaction's,
+    /// so that its putback frees the block.
     fn settle_target(&self, z: &Zone, new: Pfn, held: u32, link: u32) {
         let idx = z.idx(new);
         let mut w = z.frames.word(idx);

@@ -698,3 +698,16 @@ fn public_arithmetic_helpers_saturate() {
     assert_eq!(unusable_free_index(&[0; 65], 0), 1000);
     assert_eq!(unusable_free_index(&[1; 70], 3), 0);
 }
+
+#[test]
+fn overlapping_holes_count_each_frame_once() {
+    // Two holes over the same 3,072 of 4,096 frames leave 1,024 present: not
+    // `NoMemory` for 6,144 frames of holes.
+    let mut c = Config::with_bytes(16 << 20);
+    let zone = &mut c.nodes[0].zones[0];
+    zone.holes = vec![(Pfn(0), 3072), (Pfn(1024), 2048)];
+    assert_eq!(c.validate(), Ok(()));
+    let za = ZoneAllocator::new(c).unwrap();
+    assert_eq!(za.managed_pages(), 1024);
+    settled(&za);
+}
