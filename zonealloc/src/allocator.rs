@@ -40,13 +40,14 @@ use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
 use crate::frame::{
     FrameState, Tag, Word, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING, MIGRATING_BASE,
+    REFCOUNT_MAX,
 };
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{
     count_zone_free, pcp_allowed_order, zone_batchsize, zone_highsize,
     MIN_PERCPU_PAGELIST_HIGH_FRACTION,
 };
-use crate::sync::{spin_hint, Ordering};
+use crate::sync::{backoff, Ordering};
 use crate::types::Wmark;
 use crate::types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES};
 use crate::zone::{Zone, ZONE_BELOW_HIGH};
@@ -380,21 +381,30 @@ impl<B: Backend> ZoneAllocator<B> {
     /// that flag.
     fn head_word(z: &Zone, idx: u32) -> Word {
         let mut w = z.frames.word(idx);
+        let mut spins = 0;
         loop {
             if w.tag() != Tag::Alloc || w.flags() & FLAG_MIGRATING == 0 {
                 return w;
             }
-            let old = z.frames.view().word_any(u64::from(z.frames.next(idx)));
+            let old = z
+                .frames
+                .view()
+                .word_any(u64::from(z.frames.migration_link(idx)));
             let again = z.frames.word(idx);
-            // The old block is seized just before the target settles: look again.
-            if again == w && old.tag() == Tag::Alloc {
+            // Between seizing the old block and settling the target, compaction
+            // holds neither count where this can read it: look again.
+            if again == w
+                && old.tag() == Tag::Alloc
+                && old.flags() & FLAG_ISOLATED != 0
+                && old.order() == w.order()
+            {
                 let since = i64::from(w.refcount()) - i64::from(MIGRATING_BASE);
                 let rc = (i64::from(old.refcount()) + since).clamp(1, i64::from(u32::MAX));
                 return w
                     .with_refcount(rc as u32)
                     .with_flags(w.flags() & !FLAG_MIGRATING);
             }
-            spin_hint();
+            backoff(&mut spins);
             w = again;
         }
     }
@@ -835,6 +845,17 @@ impl<B: Backend> ZoneAllocator<B> {
                 .refcount()
                 .checked_add(nr)
                 .ok_or(FreeError::RefcountOverflow(pfn))?;
+            // The owner's references: a migrating target's count is relative to
+            // `MIGRATING_BASE` (what it gained since its move began), an isolated
+            // block's includes compaction's one.
+            let owner = if w.flags() & FLAG_MIGRATING != 0 {
+                r.saturating_sub(MIGRATING_BASE)
+            } else {
+                r - u32::from(w.flags() & FLAG_ISOLATED != 0)
+            };
+            if owner > REFCOUNT_MAX {
+                return Err(FreeError::RefcountOverflow(pfn));
+            }
             Ok(w.with_refcount(r))
         })
         .map(|_| ())
@@ -936,8 +957,9 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Adds a reference to the allocated block whose head is `pfn`.
     ///
     /// # Errors
-    /// A `FreeError` if `pfn` is not the head of an allocated block, or the count
-    /// would overflow.
+    /// A `FreeError` if `pfn` is not the head of an allocated block;
+    /// `RefcountOverflow` if the block would have more than `REFCOUNT_MAX`
+    /// references.
     pub fn get_page(&self, pfn: Pfn) -> Result<(), FreeError> {
         self.page_ref_add(pfn, 1)
     }

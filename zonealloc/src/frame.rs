@@ -105,10 +105,16 @@ pub(crate) const FLAG_ISOLATED: u8 = 4;
 /// takes and drops on the target so far, and its `next` link names the old block.
 pub(crate) const FLAG_MIGRATING: u8 = 8;
 
-/// The refcount a migrating target starts from: far above any count an owner
-/// reaches, so that its takes and drops only move it up and down and none of them
-/// can look like the last reference.
-pub(crate) const MIGRATING_BASE: u32 = 1 << 30;
+/// The most references an owner may hold on one block (`get_page` refuses more
+/// with `RefcountOverflow`). Compaction's own reference on an isolated block
+/// comes on top, and so may what a block gains while it moves (see `migrate`).
+pub const REFCOUNT_MAX: u32 = 1 << 30;
+
+/// The refcount a migrating target starts from. An owner's takes and drops on the
+/// target move it up and down, at most `REFCOUNT_MAX` up (`get_page` refuses more)
+/// and, for an owner that drops no more than it holds, at most `REFCOUNT_MAX + 1`
+/// down: it stays far from both 1 (so no drop looks like the last) and `u32::MAX`.
+pub(crate) const MIGRATING_BASE: u32 = 1 << 31;
 
 /// A decoded copy of a frame's state word.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -407,6 +413,22 @@ impl FrameTable {
             nr: self.len,
             base: self.base,
         }
+    }
+
+    /// The old block a migrating target (`FLAG_MIGRATING`) names in its `next`
+    /// link. Acquire: pairs with `set_migration_link`'s Release, so a reader that
+    /// sees the link restored sees the target's settled word too.
+    #[inline]
+    pub fn migration_link(&self, idx: u32) -> u32 {
+        self.view().meta(idx).next.load(Ordering::Acquire)
+    }
+
+    /// Sets a migration target's `next` link (see `migration_link`). Release:
+    /// stores made before it (the settled word) are seen by a reader that loads
+    /// this value.
+    #[inline]
+    pub fn set_migration_link(&self, idx: u32, v: u32) {
+        self.view().meta(idx).next.store(v, Ordering::Release);
     }
 
     /// The bias slot of an allocated block's head: its `next` link, unused while the

@@ -144,7 +144,7 @@ pub use contig::ContigError;
 pub use debug::{BadPageReport, PAGE_POISON};
 pub use error::{AllocError, FreeError};
 pub use fault::FaultSite;
-pub use frame::FrameState;
+pub use frame::{FrameState, REFCOUNT_MAX};
 pub use gfp::Gfp;
 pub use local::{LocalCache, LOCAL_CACHE_BATCH, LOCAL_CACHE_MAX_BATCHES};
 pub use migrator::{Migrate, MigrateOutcome, Migration};

@@ -104,13 +104,17 @@
 //! the block to compaction, whose putback frees it: Linux's `putback_movable_pages`
 //! after a page was freed under migration. A free of an isolated block whose owner
 //! references are all gone is a double free and is refused (`AlreadyFree`),
-//! changing nothing: detection stays exact. Calls that would change the block's
+//! changing nothing: detection stays exact. The one exception is a migrating
+//! target, from its callback until it settles: its count is relative then, so a
+//! drop of more references than the owner holds goes through (a contract breach;
+//! the settled count is then compaction's reference alone, and its putback frees
+//! the block once). Calls that would change the block's
 //! shape or owner (`split_page`, a guard) answer `Busy` while it is isolated; the
 //! multi-page frees drop the owner's references on it as `free_pages` does.
 
 use crate::allocator::{Via, ZoneAllocator};
 use crate::backend::Backend;
-use crate::frame::{Tag, Word, FLAG_ISOLATED, FLAG_MIGRATING, MIGRATING_BASE};
+use crate::frame::{Tag, Word, FLAG_ISOLATED, FLAG_MIGRATING, MIGRATING_BASE, REFCOUNT_MAX};
 use crate::migrator::{Migrate, MigrateOutcome, Migration};
 use crate::types::{Migratetype, Order, Pfn};
 use crate::zone::Zone;
@@ -205,7 +209,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 Err(cur) => w = cur,
             }
         }
-        z.frames.view().set_next(idx, link);
+        z.frames.set_migration_link(idx, link);
     }
 
     /// Migrates the isolated block `old` of `order` to `new`, a block of the same
@@ -236,7 +240,7 @@ impl<B: Backend> ZoneAllocator<B> {
             Word::alloc_flagged(order, Migratetype::Movable, FLAG_ISOLATED | FLAG_MIGRATING)
                 .with_refcount(MIGRATING_BASE);
         let link = z.frames.next(z.idx(new));
-        z.frames.view().set_next(z.idx(new), z.idx(old));
+        z.frames.set_migration_link(z.idx(new), z.idx(old));
         z.frames.set_word(z.idx(new), target);
         let copy = |from: Pfn, to: Pfn, nr: u64| self.backend.copy_pages(from, to, nr);
         let outcome = m.migrate(&Migration {
@@ -256,7 +260,7 @@ impl<B: Backend> ZoneAllocator<B> {
             }
             MigrateOutcome::Refused => {
                 self.seize_isolated(z, new);
-                z.frames.view().set_next(z.idx(new), link);
+                z.frames.set_migration_link(z.idx(new), link);
                 if self.putback_movable(z, old) {
                     Step::Freed
                 } else {
@@ -273,5 +277,109 @@ pub(crate) fn is_movable_candidate(w: Word) -> bool {
     w.tag() == Tag::Alloc
         && w.aux() == Migratetype::Movable as u8
         && w.flags() == 0
-        && w.refcount() >= 1
+        && (1..=REFCOUNT_MAX).contains(&w.refcount())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, PcpConfig};
+    use crate::error::FreeError;
+    use crate::gfp::Gfp;
+    use crate::types::ZoneType;
+    use std::sync::Mutex;
+
+    fn tiny() -> ZoneAllocator {
+        ZoneAllocator::new(Config {
+            max_order: Order(2),
+            pageblock_order: Order(2),
+            nr_cpus: 1,
+            mobility_grouping: false,
+            min_free_kbytes: Some(0),
+            pcp: PcpConfig {
+                enabled: false,
+                ..PcpConfig::default()
+            },
+            ..Config::single_zone(ZoneType::Normal, Pfn(0), 16)
+        })
+        .unwrap()
+    }
+
+    /// A movable page whose owner holds `refs` references (set directly, as that
+    /// many `get_page` calls would), and a private target beside it.
+    fn page_and_target(za: &ZoneAllocator, refs: u32) -> (Pfn, Pfn) {
+        let p = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
+        let t = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
+        let z = za.zone_of(p).unwrap();
+        let w = z.frames.word(z.idx(p));
+        z.frames.set_word(z.idx(p), w.with_refcount(refs));
+        z.frames.set_word(z.idx(t), Word::frozen(Order(0)));
+        (p, t)
+    }
+
+    /// Moves the page, then takes `takes` references on the new one and drops
+    /// one, inside its callback; records `page_count` of the new page there.
+    struct Owner<'a> {
+        za: &'a ZoneAllocator,
+        takes: u32,
+        seen: Mutex<Seen>,
+    }
+
+    /// The callback's `get_page` answers, and `page_count` after them.
+    type Seen = (std::vec::Vec<Result<(), FreeError>>, Option<u32>);
+
+    impl Migrate for Owner<'_> {
+        fn relocate(&self, _old: Pfn, new: Pfn, _order: Order) -> MigrateOutcome {
+            let mut seen = self.seen.lock().unwrap();
+            for _ in 0..self.takes {
+                seen.0.push(self.za.get_page(new));
+            }
+            assert_eq!(self.za.put_page(new), Ok(false));
+            seen.1 = self.za.page_count(new).ok();
+            MigrateOutcome::Moved
+        }
+    }
+
+    #[test]
+    fn references_gained_while_moving_are_carried_over_whole() {
+        let za = tiny();
+        let (p, t) = page_and_target(&za, REFCOUNT_MAX - 1);
+        let z = za.zone_of(p).unwrap();
+        assert_eq!(za.isolate_movable(z, p), Some(Order(0)));
+        let owner = Owner {
+            za: &za,
+            takes: 3,
+            seen: Mutex::new((std::vec::Vec::new(), None)),
+        };
+        assert_eq!(za.migrate_isolated(z, p, t, Order(0), &owner), Step::Moved);
+        let (gets, during) = owner.seen.lock().unwrap().clone();
+        // Nothing refused while the count is relative, and nothing lost: the
+        // owner's REFCOUNT_MAX - 1 + 3 - 1, and compaction's one during the move.
+        assert_eq!(gets, std::vec![Ok(()); 3]);
+        assert_eq!(during, Some(REFCOUNT_MAX + 2));
+        assert_eq!(za.page_count(t), Ok(REFCOUNT_MAX + 1));
+        // Above the cap the settled block takes no more references and is not
+        // isolated again; a drop brings it back.
+        assert_eq!(za.get_page(t), Err(FreeError::RefcountOverflow(t)));
+        assert_eq!(za.isolate_movable(z, t), None);
+        assert_eq!(za.put_page(t), Ok(false));
+        assert_eq!(za.isolate_movable(z, t), Some(Order(0)));
+        assert!(!za.putback_movable(z, t));
+        assert_eq!(za.page_count(t), Ok(REFCOUNT_MAX));
+    }
+
+    #[test]
+    fn get_page_stops_at_the_cap() {
+        let za = tiny();
+        let (p, _) = page_and_target(&za, REFCOUNT_MAX - 1);
+        assert_eq!(za.get_page(p), Ok(()));
+        assert_eq!(za.get_page(p), Err(FreeError::RefcountOverflow(p)));
+        assert_eq!(za.page_count(p), Ok(REFCOUNT_MAX));
+        // Isolated, the count carries compaction's reference on top.
+        let z = za.zone_of(p).unwrap();
+        assert_eq!(za.isolate_movable(z, p), Some(Order(0)));
+        assert_eq!(za.page_count(p), Ok(REFCOUNT_MAX + 1));
+        assert_eq!(za.get_page(p), Err(FreeError::RefcountOverflow(p)));
+        assert!(!za.putback_movable(z, p));
+    }
 }

@@ -25,6 +25,22 @@ pub(crate) fn spin_hint() {
     core::hint::spin_loop();
 }
 
+/// One wait of a retry loop whose other side is a few instructions of another
+/// thread: spins 64 times, then yields the CPU (under `std`), in case that thread
+/// was preempted; a kernel build keeps spinning.
+#[inline]
+pub(crate) fn backoff(spins: &mut u32) {
+    *spins = spins.saturating_add(1);
+    if *spins < 64 {
+        spin_hint();
+    } else {
+        #[cfg(all(feature = "std", not(loom)))]
+        std::thread::yield_now();
+        #[cfg(any(loom, not(feature = "std")))]
+        spin_hint();
+    }
+}
+
 /// A mutual-exclusion lock with `try_lock`.
 pub(crate) struct Lock<T> {
     #[cfg(loom)]
@@ -186,15 +202,7 @@ impl<T> TryLock<T> {
             }
             // Relaxed: only a hint of when to retry the CAS above.
             while self.locked.load(Ordering::Relaxed) {
-                spins += 1;
-                if spins < 64 {
-                    spin_hint();
-                } else {
-                    #[cfg(all(feature = "std", not(loom)))]
-                    std::thread::yield_now();
-                    #[cfg(any(loom, not(feature = "std")))]
-                    spin_hint();
-                }
+                backoff(&mut spins);
             }
         }
     }
