@@ -378,11 +378,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Frame `idx`'s state word as its owner sees it: a migration's target
     /// (`FLAG_MIGRATING`, see `migrate`) with the reference count it stands for,
     /// the old block's plus the takes and drops on the target since, and without
-    /// that flag.
+    /// that flag; a page a multi-page free has claimed once it is freed or restored
+    /// (see `Word::claimed`).
     fn head_word(z: &Zone, idx: u32) -> Word {
         let mut w = z.frames.word(idx);
         let mut spins = 0;
         loop {
+            if w.is_claimed() {
+                // Freed or restored in a moment (see `Word::claimed`).
+                backoff(&mut spins);
+                w = z.frames.word(idx);
+                continue;
+            }
             if w.tag() != Tag::Alloc || w.flags() & FLAG_MIGRATING == 0 {
                 return w;
             }
@@ -773,8 +780,15 @@ impl<B: Backend> ZoneAllocator<B> {
     ) -> Result<(Word, Word), FreeError> {
         let idx = z.idx(pfn);
         let mut w = z.frames.word(idx);
+        let mut spins = 0;
         loop {
             if w.tag() != Tag::Alloc {
+                // A page a multi-page free has taken but may still give back.
+                if w.is_claimed() {
+                    backoff(&mut spins);
+                    w = z.frames.word(idx);
+                    continue;
+                }
                 return Err(self.classify(z, pfn, w));
             }
             // A guarded block answers to its guard alone, and a guard only to it; a
@@ -1014,6 +1028,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// The `FreeError` of the frame if it is in no allocated block.
     pub fn block_of(&self, pfn: Pfn) -> Result<(Pfn, Order), FreeError> {
         let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
+        let mut spins = 0;
+        loop {
+            match self.block_of_in(z, pfn) {
+                // A page a multi-page free has taken but may still give back.
+                Err(_) if z.frames.word(z.idx(pfn)).is_claimed() => backoff(&mut spins),
+                r => return r,
+            }
+        }
+    }
+
+    /// `block_of` in zone `z`, answering at once for a claimed page.
+    fn block_of_in(&self, z: &Zone, pfn: Pfn) -> Result<(Pfn, Order), FreeError> {
         for o in 0..=z.max_order.0 {
             let head = Pfn(pfn.0 & !((1u64 << o) - 1));
             if !z.contains(head) {

@@ -111,9 +111,11 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// Phase one of the multi-page frees: for each `(page, k)` in ascending pfn
     /// order, checks that the page is a plain allocated order-0 page with at least
-    /// `k` references, and takes those that would reach zero (state `Frozen`, so a
-    /// racing free of them is refused). On the first bad page every page taken is
-    /// restored and its error returned: nothing changed.
+    /// `k` references, and takes those that would reach zero (`Word::claimed`: a
+    /// racing multi-page free stops at it, a racing single-page call waits until
+    /// this call has freed or restored it). On the first bad page every page taken
+    /// is restored and its error returned: nothing changed, and no single-page call
+    /// was refused meanwhile.
     ///
     /// Taking pages in ascending order makes two racing calls meet first at their
     /// lowest common page: whoever takes it goes on, the other stops there, so of
@@ -126,16 +128,6 @@ impl<B: Backend> ZoneAllocator<B> {
         claim: &mut Claim,
         base: usize,
     ) -> Result<(), FreeError> {
-        // A look at every page first, changing nothing: a call with a bad page
-        // (already free, a tail, guarded...) fails here, before it has taken a page
-        // that a racing free by the page's owner would then find `Frozen` and be
-        // refused. Only a page that goes bad between this look and its claim below
-        // (another free racing for it) makes the claim undo what it took.
-        for (p, k) in pages.clone() {
-            if let Some(e) = self.claim_refusal(z, p, k, z.frames.word(z.idx(p))) {
-                return Err(e);
-            }
-        }
         for (i, (p, k)) in pages.clone().enumerate() {
             let idx = z.idx(p);
             let mut w = z.frames.word(idx);
@@ -147,9 +139,10 @@ impl<B: Backend> ZoneAllocator<B> {
                 if w.refcount() > k {
                     break false;
                 }
-                // Keep the type byte, so the page can be restored as it was.
-                let frozen = Word::new(Tag::Frozen, 0, w.aux(), 0);
-                match z.frames.cas_word(idx, w, frozen) {
+                // `claimed` keeps the type byte, so the page can be restored as it
+                // was; and it tells a racing single-page call on it to wait for the
+                // outcome rather than answer `AlreadyFree` (see `Word::claimed`).
+                match z.frames.cas_word(idx, w, Word::claimed(w.aux())) {
                     Ok(_) => break true,
                     Err(cur) => w = cur,
                 }

@@ -51,7 +51,10 @@
 //! * `Alloc{order, mt}`: head of an allocated block, refcount >= 1. The refcount
 //!   changes without a lock (compare-and-swap on the whole word).
 //! * `Frozen{order}`: refcount reached 0; the thread that won the CAS owns the block
-//!   until it puts it on a list.
+//!   until it puts it on a list. With a count of 1 (`Word::claimed`), an order-0
+//!   page a multi-page free has taken while it checks the rest of its pages: it is
+//!   freed or restored to `Alloc` in a moment, and the single-page paths wait for
+//!   which rather than answer `AlreadyFree` for a page that may stay allocated.
 //! * `Cached{order}`: head of a free block held by one `LocalCache` (see `local`).
 //!   Entered from `Alloc` by the freeing CAS, as `Frozen` is; left by that cache
 //!   alone, with a plain store (handed out: `Alloc`) or under a pcp lock (flushed:
@@ -192,6 +195,19 @@ impl Word {
     #[inline]
     pub const fn frozen(order: Order) -> Word {
         Word::new(Tag::Frozen, order.0, 0, 0)
+    }
+    /// An order-0 page taken by a multi-page free that has not decided yet
+    /// (`claim_pages`): `Frozen` with a count of 1, which no other frozen word has,
+    /// and the page's type kept in `aux` so that it can be restored.
+    #[inline]
+    pub const fn claimed(aux: u8) -> Word {
+        Word::new(Tag::Frozen, 0, aux, 1)
+    }
+    /// Whether this is a `claimed` word: its page is freed or restored in a moment,
+    /// and a caller that would refuse it as free waits for which.
+    #[inline]
+    pub const fn is_claimed(self) -> bool {
+        self.0 as u8 == Tag::Frozen as u8 && self.refcount() == 1
     }
     #[inline]
     pub const fn cached(order: Order) -> Word {

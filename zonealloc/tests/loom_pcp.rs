@@ -673,6 +673,38 @@ fn contig_vs_bulk_double_free() {
     });
 }
 
+/// (9) A refused multi-page free beside the owner of its first page:
+/// `free_contig_range(b, 2)` where `b + 1` is already free takes `b` for a moment
+/// (a claimed word) and gives it back; the owner's `get_page`, `put_page` and free
+/// of `b` meanwhile all succeed (they wait for the claim's outcome instead of
+/// answering `AlreadyFree`), and the call is refused, changing nothing.
+#[test]
+fn refused_contig_free_vs_owner() {
+    model("refused_contig_free_vs_owner", || {
+        let za = new_allocator(true);
+        let l = Ledger::new();
+        let b = alloc(&za, &l, 0, Order(1), 1);
+        za.split_page(b, Order(1)).unwrap();
+        l.release(b, Order(1), 1);
+        l.claim(b, Order(0), 1);
+        za.free_pages_on(0, b.add(1), Order(0)).unwrap();
+        let t = {
+            let za = za.clone();
+            thread::spawn(move || za.free_contig_range(b, 2))
+        };
+        za.get_page(b).unwrap();
+        assert_eq!(za.put_page(b), Ok(false));
+        free(&za, &l, 1, b, Order(0), 1);
+        // Refused at `b + 1`, or at `b` once the owner has freed it.
+        let r = t.join().unwrap();
+        assert!(
+            matches!(r, Err(FreeError::AlreadyFree(p)) if p == b || p == b.add(1)),
+            "{r:?}"
+        );
+        finish(&za, &l);
+    });
+}
+
 // -----------------------------------------------------------------------------
 // page_frag: the published bias
 // -----------------------------------------------------------------------------
