@@ -405,11 +405,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 && old.flags() & FLAG_ISOLATED != 0
                 && old.order() == w.order()
             {
-                let since = i64::from(w.refcount()) - i64::from(MIGRATING_BASE);
-                let rc = (i64::from(old.refcount()) + since).clamp(1, i64::from(u32::MAX));
-                return w
-                    .with_refcount(rc as u32)
-                    .with_flags(w.flags() & !FLAG_MIGRATING);
+                return w.settled(old.refcount());
             }
             backoff(&mut spins);
             w = again;

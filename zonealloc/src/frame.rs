@@ -203,6 +203,17 @@ impl Word {
     pub const fn claimed(aux: u8) -> Word {
         Word::new(Tag::Frozen, 0, aux, 1)
     }
+    /// A migrating target's word (`FLAG_MIGRATING`, count relative to
+    /// `MIGRATING_BASE`) with the old block's `held` references added and the flag
+    /// cleared: what it settles to. At least 1, compaction's reference, even for an
+    /// owner that dropped more than it held.
+    #[inline]
+    pub fn settled(self, held: u32) -> Word {
+        let since = i64::from(self.refcount()) - i64::from(MIGRATING_BASE);
+        let rc = (i64::from(held) + since).clamp(1, i64::from(u32::MAX)) as u32;
+        self.with_refcount(rc)
+            .with_flags(self.flags() & !FLAG_MIGRATING)
+    }
     /// Whether this is a `claimed` word: its page is freed or restored in a moment,
     /// and a caller that would refuse it as free waits for which.
     #[inline]

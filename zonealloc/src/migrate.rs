@@ -108,9 +108,9 @@
 //! target, from its callback until it settles: its count is relative then, so a
 //! drop of more references than the owner holds goes through (a contract breach;
 //! the settled count is then compaction's reference alone, and its putback frees
-//! the block once). Calls that would change the block's
-//! shape or owner (`split_page`, a guard) answer `Busy` while it is isolated; the
-//! multi-page frees drop the owner's references on it as `free_pages` does.
+//! the block once). Calls that would change the block's shape or owner
+//! (`split_page`, a guard) answer `Busy` while it is isolated; the multi-page frees
+//! drop the owner's references on it as `free_pages` does.
 
 use crate::allocator::{Via, ZoneAllocator};
 use crate::backend::Backend;
@@ -201,10 +201,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut w = z.frames.word(idx);
         loop {
             debug_assert!(w.tag() == Tag::Alloc && w.flags() & FLAG_MIGRATING != 0);
-            let since = i64::from(w.refcount()) - i64::from(MIGRATING_BASE);
-            let rc = (i64::from(held) + since).clamp(1, i64::from(u32::MAX)) as u32;
-            let settled = w.with_refcount(rc).with_flags(w.flags() & !FLAG_MIGRATING);
-            match z.frames.cas_word(idx, w, settled) {
+            match z.frames.cas_word(idx, w, w.settled(held)) {
                 Ok(_) => break,
                 Err(cur) => w = cur,
             }
