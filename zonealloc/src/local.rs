@@ -50,15 +50,17 @@
 //! The cache serves orders up to `PAGE_ALLOC_COSTLY_ORDER` from one zone, the first
 //! its `Gfp` may use, and only blocks whose pageblock type is the one its requests
 //! draw from (so it never mixes mobility types); anything else goes through the
-//! ordinary paths. Refills check the zone's low watermark for the whole batch and
-//! fall back to `alloc_pages` (slow path, drains and all) when it fails. A refill
-//! takes free blocks whole and cuts them up, the smallest first as Linux's
-//! one-at-a-time refill would; where the zone stays above the watermark with a
-//! second batch gone, it takes the last of them whole too, so a refill may bring up
-//! to a batch less one more than asked and leaves no remnant for the next to start
-//! from. In the zone's statistics a cached block counts as allocated (to the
-//! cache); the debug modes poison a block when it enters the cache and check it
-//! when it leaves.
+//! ordinary paths. Refills check the zone's low watermark for the whole batch. When
+//! not even one batch passes, a refill takes what this CPU's list already holds (up
+//! to a batch, and for orders above 0 only where the free count is what failed, as
+//! `alloc_pages` does), and failing that the cache falls back to `alloc_pages` (slow
+//! path, drains and all). A refill takes free blocks whole and cuts them up, the
+//! smallest first as Linux's one-at-a-time refill would; where the zone stays above
+//! the watermark with a second batch gone, it takes the last of them whole too, so a
+//! refill may bring up to a batch less one more than asked and leaves no remnant for
+//! the next to start from. In the zone's statistics a cached block counts as
+//! allocated (to the cache); the debug modes poison a block when it enters the cache
+//! and check it when it leaves.
 
 use alloc::vec::Vec;
 
@@ -68,7 +70,7 @@ use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
 use crate::frame::{Tag, Word, FLAG_ISOLATED};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::pcp::{pcp_allowed_order, PAGE_ALLOC_COSTLY_ORDER};
+use crate::pcp::{pcp_allowed_order, PcpLocked, PAGE_ALLOC_COSTLY_ORDER};
 use crate::types::{Migratetype, Order, Pfn, Wmark};
 use crate::zone::Zone;
 
@@ -274,7 +276,8 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// `alloc_factor`) that leaves it so: first what this CPU's list holds, then
     /// the rest straight from the buddy lists under one zone lock hold (the
     /// per-CPU list would only pass them through). Raises `alloc_factor` for the
-    /// next refill. Returns whether it took any.
+    /// next refill. Where the zone cannot spare one batch, see `take_listed`.
+    /// Returns whether it took any.
     fn refill(&mut self, order: Order) -> bool {
         let (za, z) = (self.za, self.zone);
         if !za.config.pcp.enabled
@@ -297,7 +300,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
                 break (n, need);
             }
             if factor == 0 {
-                return false;
+                return self.take_listed(order, base, low, flags);
             }
             factor -= 1;
         };
@@ -307,19 +310,9 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         if 2usize << factor <= LOCAL_CACHE_MAX_BATCHES {
             self.alloc_factor[order.idx()] = factor + 1;
         }
+        self.stacks[order.idx()].reserve(2 * n);
+        let got = self.take_from_list(&mut pcp, order, flags, n);
         let stack = &mut self.stacks[order.idx()];
-        stack.reserve(2 * n);
-        let mut got = 0;
-        while got < n {
-            match pcp.rmqueue(order, self.mt, flags, &za.debug.faults, false) {
-                Some(p) => {
-                    z.frames.set_word(z.idx(p), Word::cached(order));
-                    stack.push(p);
-                    got += 1;
-                }
-                None => break,
-            }
-        }
         if got < n {
             // Whole free blocks cut into blocks of `order` (each its own head, as
             // `split_page` leaves pages): a list operation or a few per free block,
@@ -339,6 +332,52 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         }
         drop(pcp);
         !stack.is_empty()
+    }
+
+    /// A refill the zone cannot spare a batch for: the blocks this CPU's list
+    /// already holds, up to a batch. They left the zone's free count when the list
+    /// took them, and `alloc_pages` hands them out below the watermark too, one call
+    /// each; here they come to the cache at once, so the last blocks near the
+    /// watermark do not cost an `alloc_pages` call each. As there, only where the
+    /// zone's free-page count is what failed: an order the buddy lists lack a block
+    /// of goes on to `alloc_pages`' slow path and its drain. Returns whether it took
+    /// any.
+    #[cold]
+    #[inline(never)]
+    fn take_listed(&mut self, order: Order, base: usize, low: u64, flags: AllocFlags) -> bool {
+        let z = self.zone;
+        if order.0 > 0 && z.watermark_fast(Order(0), low, self.gfp.highest_zone(), flags) {
+            return false;
+        }
+        let Some(mut pcp) = z.pcp_trylock(self.cpu) else {
+            return false;
+        };
+        self.take_from_list(&mut pcp, order, flags, base) > 0
+    }
+
+    /// Moves up to `n` blocks of `order` from this CPU's list (locked) to the
+    /// cache, `Cached`. Returns how many it moved.
+    fn take_from_list(
+        &mut self,
+        pcp: &mut PcpLocked<'_>,
+        order: Order,
+        flags: AllocFlags,
+        n: usize,
+    ) -> usize {
+        let (za, z) = (self.za, self.zone);
+        let stack = &mut self.stacks[order.idx()];
+        let mut got = 0;
+        while got < n {
+            match pcp.rmqueue(order, self.mt, flags, &za.debug.faults, false) {
+                Some(p) => {
+                    z.frames.set_word(z.idx(p), Word::cached(order));
+                    stack.push(p);
+                    got += 1;
+                }
+                None => break,
+            }
+        }
+        got
     }
 
     /// A refill right after a flush: the flush gave back blocks the owner wanted

@@ -347,6 +347,45 @@ fn every_page_can_still_be_had_through_a_cache() {
 }
 
 #[test]
+fn near_the_watermark_a_refill_takes_what_this_cpus_list_holds_at_once() {
+    // Fewer pages above the low watermark than a batch, so the cache cannot refill
+    // from the zone, while CPU 0's list holds blocks its last refill took: the
+    // cache takes them all in one refill instead of an `alloc_pages` call each,
+    // and the zone's free count does not move.
+    let za = za(8 << 20);
+    let (id, ..) = za.zones().next().unwrap();
+    let [_, low, ..] = za.watermarks(id).unwrap();
+    let batch = LOCAL_CACHE_BATCH as u64;
+    let mut got = Vec::new();
+    while !(za.nr_free_pages() < low + batch && za.nr_pcp_pages() >= 2) {
+        assert!(
+            za.nr_free_pages() > low / 2,
+            "never below low + a batch with a list"
+        );
+        got.push(za.alloc_pages_on(0, Gfp::KERNEL, Order(0)).unwrap());
+    }
+    let (free, listed) = (za.nr_free_pages(), za.nr_pcp_pages());
+    let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
+    got.push(c.alloc(Order(0)).unwrap());
+    assert_eq!(
+        c.cached_pages(),
+        listed.min(batch) - 1,
+        "the list held {listed}"
+    );
+    assert_eq!(za.nr_pcp_pages(), listed - listed.min(batch));
+    assert_eq!(za.nr_free_pages(), free, "the zone gave nothing");
+    assert_eq!(
+        za.check_invariants().unwrap().cached_pages,
+        c.cached_pages()
+    );
+    for p in got {
+        c.free(p, Order(0)).unwrap();
+    }
+    drop(c);
+    settled(&za);
+}
+
+#[test]
 fn cached_pages_make_a_contiguous_range_busy_until_flushed() {
     let za = za(16 << 20);
     let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();

@@ -17,7 +17,10 @@
 //! 2. **Fill/drain**: allocate order-0 blocks until the arena is full (or the peer
 //!    fails), then free them all in a shuffled order (the shuffle is untimed); ns per
 //!    call (allocations + frees). A note gives each peer's two halves apart: median
-//!    ns per allocation of the fill and per free of the drain.
+//!    ns per allocation of the fill and per free of the drain. Another gives the
+//!    fill's last sixteenth of the arena against its first fifteen, ns per call; for
+//!    zonealloc's rows that is a target (at most 2x: no cliff where the fill meets
+//!    the watermarks).
 //! 3. **Mixed**: orders 0..=9 drawn geometrically (order `o` with probability
 //!    `2^-(o+1)`), a live set of at most 2,048 blocks, allocate or free a random live
 //!    block with equal odds; ns per call.
@@ -80,6 +83,9 @@ const SEED: u64 = 0x5eed_0f9e;
 const HOT_TARGET_NS: f64 = 20.0;
 const MIXED_TARGET_NS: f64 = 30.0;
 const FILL_TARGET_NS: f64 = 50.0;
+/// The fill's last sixteenth may cost at most this many times its first fifteen a
+/// call: no cliff near the watermark.
+const FILL_TAIL_MAX: f64 = 2.0;
 
 /// The rows of every table, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,6 +304,29 @@ struct FillRun {
     fill_ns: f64,
     /// ns per free of the shuffled drain.
     drain_ns: f64,
+    /// ns per allocation in the last sixteenth of the arena over ns per allocation
+    /// in its first fifteen sixteenths (`None` if the peer stopped before the last
+    /// sixteenth): a cost cliff near the end of the fill, where zonealloc meets its
+    /// watermarks, shows here.
+    tail_ratio: Option<f64>,
+}
+
+/// The fill's allocations that count as its last sixteenth: from `want`'s fifteen
+/// sixteenths on.
+fn tail_start(want: u64) -> u64 {
+    want - want / 16
+}
+
+/// ns per call over `[0, split)` and over `[split, got)` (the call that failed, if
+/// any, is timed with the second part), as the second over the first; `None` when
+/// the fill ended before `split`.
+fn tail_ratio(got: u64, split: u64, head_secs: f64, tail_secs: f64) -> Option<f64> {
+    if split == 0 || got <= split {
+        return None;
+    }
+    let head = head_secs / split as f64;
+    let tail = tail_secs / (got - split) as f64;
+    Some(tail / head)
 }
 
 impl FillDrain {
@@ -314,14 +343,29 @@ impl Workload for FillDrain {
     fn run<P: Peer>(&self, id: Id, p: &mut P) -> f64 {
         let want = Self::target_blocks(id);
         let mut live: Vec<P::Handle> = Vec::with_capacity(want as usize);
+        // Two loops, timed apart: the fill's first fifteen sixteenths, then the rest.
+        let split = tail_start(want);
         let t = Instant::now();
-        while (live.len() as u64) < want {
+        let mut failed = false;
+        while (live.len() as u64) < split {
+            match p.alloc(0) {
+                Some(h) => live.push(h),
+                None => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        let head = secs_since(t);
+        let t = Instant::now();
+        while !failed && (live.len() as u64) < want {
             match p.alloc(0) {
                 Some(h) => live.push(h),
                 None => break,
             }
         }
-        let fill = secs_since(t);
+        let tail = secs_since(t);
+        let fill = head + tail;
         let got = live.len() as u64;
         let mut rng = Rng::new(SEED);
         for i in (1..live.len()).rev() {
@@ -340,6 +384,7 @@ impl Workload for FillDrain {
             want,
             fill_ns: per_call(fill),
             drain_ns: per_call(drain),
+            tail_ratio: tail_ratio(got, split, head, tail),
         };
         // As many frees as allocations: the mean of the halves is the mean per call.
         let ns = (run.fill_ns + run.drain_ns) / 2.0;
@@ -366,6 +411,36 @@ fn fill_drain_halves(runs: &[FillRun], ids: &[Id], warmup: usize) -> String {
          of the shuffled drain): {}",
         parts.join("; ")
     )
+}
+
+/// The fill's last sixteenth against the rest, per peer in table order: the median
+/// over the measured rounds of `FillRun::tail_ratio` (runs that stopped before the
+/// last sixteenth left out; each peer's first `warmup` runs too). Returns the note
+/// and each peer's median.
+fn fill_tails(runs: &[FillRun], ids: &[Id], warmup: usize) -> (String, Vec<(Id, f64)>) {
+    let medians: Vec<(Id, f64)> = ids
+        .iter()
+        .filter_map(|&id| {
+            let mine: Vec<f64> = runs
+                .iter()
+                .filter(|r| r.id == id)
+                .skip(warmup)
+                .filter_map(|r| r.tail_ratio)
+                .collect();
+            (!mine.is_empty()).then(|| (id, median(&mine)))
+        })
+        .collect();
+    let parts: Vec<String> = medians
+        .iter()
+        .map(|&(id, r)| format!("{} {r:.2}x", id.name()))
+        .collect();
+    let note = format!(
+        "fill/drain: the fill's last sixteenth against the rest (median over the rounds of \
+         ns per allocation in the arena's last 1/16 over ns per allocation in its first \
+         15/16, the failed call included; above 1 the fill slows near its end): {}",
+        parts.join("; ")
+    );
+    (note, medians)
 }
 
 /// The mixed-order walk: ns per call. Records failed allocations per peer.
@@ -717,6 +792,21 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult, ids: &[Id]) {
     );
     let runs = fill.runs.borrow();
     res.notes.push(fill_drain_halves(&runs, ids, ctx.warmup));
+    let (note, tails) = fill_tails(&runs, ids, ctx.warmup);
+    res.notes.push(note);
+    for (id, ratio) in tails {
+        if id.always() && id != Id::Limit {
+            res.targets.push(Target::at_most(
+                &format!(
+                    "{}: the fill's last sixteenth, ns per call / its first fifteen's (no cliff)",
+                    id.name()
+                ),
+                ratio,
+                FILL_TAIL_MAX,
+                "x",
+            ));
+        }
+    }
     let mut seen = Vec::new();
     for &FillRun { id, got, want, .. } in runs.iter() {
         if got < want && !seen.contains(&id) {
@@ -1163,6 +1253,7 @@ mod tests {
             want: 4,
             fill_ns,
             drain_ns,
+            tail_ratio: None,
         };
         // Interleaved as the harness runs them: one warm-up round, then three.
         let runs = [
@@ -1178,6 +1269,45 @@ mod tests {
         let note = fill_drain_halves(&runs, &[Id::Limit, Id::ZaLocal, Id::FaSummary], 1);
         assert!(
             note.ends_with(": zonealloc LocalCache 6.0 / 31.0; fa Summary 22.0 / 15.0"),
+            "{note}"
+        );
+    }
+
+    #[test]
+    fn the_tail_ratio_sets_the_last_sixteenths_rate_against_the_rest() {
+        assert_eq!(tail_start(65536), 61440);
+        // 15 allocations in 15 s, 1 in 2 s: twice the rate a call.
+        assert_eq!(tail_ratio(16, 15, 15.0, 2.0), Some(2.0));
+        // A fill that failed at or before the split has no last sixteenth.
+        assert_eq!(tail_ratio(15, 15, 15.0, 0.0), None);
+        assert_eq!(tail_ratio(3, 15, 3.0, 0.0), None);
+        assert_eq!(tail_ratio(0, 0, 0.0, 0.0), None);
+    }
+
+    #[test]
+    fn the_tails_note_and_targets_take_each_peers_median_without_warm_up_or_short_runs() {
+        let run = |id, tail_ratio| FillRun {
+            id,
+            got: 4,
+            want: 4,
+            fill_ns: 1.0,
+            drain_ns: 1.0,
+            tail_ratio,
+        };
+        let runs = [
+            run(Id::Zonealloc, Some(90.0)),
+            run(Id::FaSummary, Some(90.0)),
+            run(Id::Zonealloc, Some(1.0)),
+            run(Id::FaSummary, None),
+            run(Id::Zonealloc, Some(3.0)),
+            run(Id::FaSummary, Some(1.5)),
+            run(Id::Zonealloc, Some(1.2)),
+            run(Id::FaSummary, None),
+        ];
+        let (note, medians) = fill_tails(&runs, &[Id::Limit, Id::Zonealloc, Id::FaSummary], 1);
+        assert_eq!(medians, [(Id::Zonealloc, 1.2), (Id::FaSummary, 1.5)]);
+        assert!(
+            note.ends_with(": zonealloc 1.20x; fa Summary 1.50x"),
             "{note}"
         );
     }
