@@ -295,7 +295,8 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         let mut factor = self.alloc_factor[order.idx()];
         let (n, need) = loop {
             let n = base.saturating_mul(1 << factor);
-            let need = low.saturating_add((n as u64) << order.0);
+            // Saturating: a batch set past what any zone holds fails the check.
+            let need = low.saturating_add((n as u64).saturating_mul(order.nr_pages()));
             if z.watermark_fast(order, need, highest, flags) {
                 break (n, need);
             }
@@ -310,7 +311,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         if 2usize << factor <= LOCAL_CACHE_MAX_BATCHES {
             self.alloc_factor[order.idx()] = factor + 1;
         }
-        self.stacks[order.idx()].reserve(2 * n);
+        self.stacks[order.idx()].reserve(n.saturating_mul(2));
         let got = self.take_from_list(&mut pcp, order, flags, n);
         let stack = &mut self.stacks[order.idx()];
         if got < n {
@@ -319,7 +320,8 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             // not per block taken; and the last block whole even when it overshoots
             // the batch (see `rmqueue_bulk`), where the zone stays above its low
             // watermark with a second batch gone too.
-            let whole = z.watermark_fast(order, need + ((n as u64) << order.0), highest, flags);
+            let more = (n as u64).saturating_mul(order.nr_pages());
+            let whole = z.watermark_fast(order, need.saturating_add(more), highest, flags);
             let mut zl = z.lock();
             let t = z.frames.view();
             let taken = zl.rmqueue_bulk(order, self.mt, flags, (n - got) as u64, whole, |p, k| {

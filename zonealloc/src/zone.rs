@@ -314,7 +314,9 @@ impl Zone {
         free_pages: i64,
     ) -> bool {
         let free = free_pages - self.unusable_free(order, flags);
-        let mut min = mark as i64;
+        // A mark past `i64::MAX` (no zone has that many pages) fails, as any mark
+        // above the free pages does.
+        let mut min = i64::try_from(mark).unwrap_or(i64::MAX);
         if flags.has(AllocFlags::RESERVES) {
             if flags.has(AllocFlags::MIN_RESERVE) {
                 min -= min / 2;
@@ -327,7 +329,7 @@ impl Zone {
             }
         }
         let reserve = self.lowmem_reserve[highest.idx()].load(Ordering::Relaxed) as i64;
-        if free <= min + reserve {
+        if free <= min.saturating_add(reserve) {
             return false;
         }
         if order.0 == 0 {
@@ -361,7 +363,8 @@ impl Zone {
             let reserved = self.unusable_free(order, flags);
             let usable = free - free.min(reserved);
             let reserve = self.lowmem_reserve[highest.idx()].load(Ordering::Relaxed) as i64;
-            if usable > mark as i64 + reserve {
+            let mark = i64::try_from(mark).unwrap_or(i64::MAX);
+            if usable > mark.saturating_add(reserve) {
                 return true;
             }
         }

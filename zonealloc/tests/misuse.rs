@@ -514,16 +514,16 @@ fn busy_alloc_contig_range_changes_nothing() {
     settled(&za);
 }
 
-#[test]
-fn alloc_contig_range_over_a_local_cache_block_changes_nothing() {
-    let za = ZoneAllocator::new(Config {
-        nr_cpus: 1,
-        ..Config::with_bytes(64 << 20)
-    })
-    .unwrap();
+/// A one-CPU allocator, a `LocalCache` holding one free block of `order`, and CPU
+/// 0's list holding pages (what a drain would give back): the cache, the block and
+/// the list's pages.
+fn a_cached_block_beside_a_list(
+    za: &ZoneAllocator,
+    order: Order,
+) -> (LocalCache<'_, AbstractFrames>, Pfn, u64) {
     let mut cache = za.local_cache_on(0, Gfp::KERNEL).unwrap();
-    let held = cache.alloc(Order(0)).unwrap();
-    cache.free(held, Order(0)).unwrap(); // free, but the cache's
+    let held = cache.alloc(order).unwrap();
+    cache.free(held, order).unwrap(); // free, but the cache's
     let parked: Vec<Pfn> = (0..8)
         .map(|_| za.alloc_pages_on(0, Gfp::KERNEL, Order(0)).unwrap())
         .collect();
@@ -532,6 +532,21 @@ fn alloc_contig_range_over_a_local_cache_block_changes_nothing() {
     }
     let pcp = za.nr_pcp_pages();
     assert!(pcp > 0);
+    (cache, held, pcp)
+}
+
+fn one_cpu() -> ZoneAllocator {
+    ZoneAllocator::new(Config {
+        nr_cpus: 1,
+        ..Config::with_bytes(64 << 20)
+    })
+    .unwrap()
+}
+
+#[test]
+fn alloc_contig_range_over_a_local_cache_block_changes_nothing() {
+    let za = one_cpu();
+    let (cache, held, pcp) = a_cached_block_beside_a_list(&za, Order(0));
     let before = za.state_digest();
     let r = za.alloc_contig_range(Pfn(held.0.saturating_sub(10)), held.add(10));
     assert!(matches!(r, Err(ContigError::Busy(_))), "{r:?}");
@@ -539,6 +554,24 @@ fn alloc_contig_range_over_a_local_cache_block_changes_nothing() {
         (za.state_digest(), za.nr_pcp_pages()),
         (before, pcp),
         "a range over a cached block was refused only after draining the lists"
+    );
+    drop(cache);
+    settled(&za);
+}
+
+#[test]
+fn alloc_contig_range_from_a_tail_of_a_local_cache_block_changes_nothing() {
+    // As above, with the range starting inside a cached block of order 1: its
+    // first frame is a tail, whose block the pre-check must find busy too.
+    let za = one_cpu();
+    let (cache, held, pcp) = a_cached_block_beside_a_list(&za, Order(1));
+    let before = za.state_digest();
+    let r = za.alloc_contig_range(held.add(1), held.add(2));
+    assert_eq!(r, Err(ContigError::Busy(held.add(1))));
+    assert_eq!(
+        (za.state_digest(), za.nr_pcp_pages()),
+        (before, pcp),
+        "a range from a cached block's tail was refused only after draining the lists"
     );
     drop(cache);
     settled(&za);
