@@ -580,14 +580,14 @@ impl<B: Backend> ZoneAllocator<B> {
                 // nothing from the zone. Without this, a refill that dips below the
                 // mark would fail every later allocation into a drain of the very
                 // blocks it took (a refill/drain ping-pong near the watermark).
-                // Only when the free-page count is what failed: a high-order request
-                // that failed because the buddy lists hold no free block of its order
-                // goes on, as in Linux, to the slow path, whose drain gives the blocks
-                // parked on per-CPU lists back to merge (whole free pageblocks kept
-                // on the THP list are out of the fallback's reach, and unmovable
-                // fallbacks then steal pages inside movable pageblocks).
+                // Only when the free-page count is what failed (`short_of_pages`): a
+                // high-order request short of its block goes on to the slow path,
+                // whose drain gives the blocks parked on per-CPU lists back to merge
+                // (whole free pageblocks kept on the THP list are out of the
+                // fallback's reach, and unmovable fallbacks then steal pages inside
+                // movable pageblocks).
                 let mark = z.wmark(flags.wmark());
-                if req.order.0 == 0 || !z.watermark_fast(Order(0), mark, req.highest, flags) {
+                if z.short_of_pages(req.order, mark, req.highest, flags) {
                     if let Some(p) = self.rmqueue_cached(z, req, flags) {
                         return Some(p);
                     }
@@ -1036,20 +1036,16 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// `block_of` in zone `z`, answering at once for a claimed page.
     fn block_of_in(&self, z: &Zone, pfn: Pfn) -> Result<(Pfn, Order), FreeError> {
-        for o in 0..=z.max_order.0 {
-            let head = Pfn(pfn.0 & !((1u64 << o) - 1));
-            if !z.contains(head) {
-                break;
-            }
-            let w = z.frames.word(z.idx(head));
-            if w.tag() == Tag::Alloc && w.order().0 >= o {
-                return Ok((head, w.order()));
-            }
-            if w.tag() != Tag::Tail {
-                break;
-            }
+        let w = z.frames.word(z.idx(pfn));
+        let head = match w.tag() {
+            Tag::Alloc => Some((pfn, w)),
+            Tag::Tail => z.head_of_tail(pfn),
+            _ => None,
+        };
+        match head {
+            Some((head, hw)) if hw.tag() == Tag::Alloc => Ok((head, hw.order())),
+            _ => Err(self.classify(z, pfn, w)),
         }
-        Err(self.classify(z, pfn, z.frames.word(z.idx(pfn))))
     }
 
     /// Names what is wrong with using `pfn` as the head of an allocated block.

@@ -653,31 +653,16 @@ impl<B: Backend> ZoneAllocator<B> {
     /// inside an allocated block (a lock-free look, which a racing allocation can
     /// make stale).
     fn maybe_free(&self, z: &Zone, pfn: Pfn) -> bool {
-        match z.frames.word(z.idx(pfn)).tag() {
-            Tag::Alloc | Tag::Hole | Tag::Bad | Tag::Cached => false,
-            Tag::Tail => Self::tail_maybe_free(z, pfn),
-            _ => true,
+        let busy = |w: Word| matches!(w.tag(), Tag::Alloc | Tag::Hole | Tag::Bad | Tag::Cached);
+        let w = z.frames.word(z.idx(pfn));
+        match w.tag() {
+            // Judged by the head of its block: one a `LocalCache` holds or a
+            // retired one is as busy as an allocated one. A head whose order does
+            // not reach the frame (a merge or split under way) may be free; the
+            // locked steps decide.
+            Tag::Tail => z.head_of_tail(pfn).is_none_or(|(_, h)| !busy(h)),
+            _ => !busy(w),
         }
-    }
-
-    /// `maybe_free` of a tail frame: judged by the head of the block around it, the
-    /// first frame that is not a tail at an aligned position below it (a block a
-    /// `LocalCache` holds or a retired one is as busy as an allocated one). A head
-    /// whose order does not reach the frame (a merge or split under way) may be
-    /// free; the locked steps decide.
-    fn tail_maybe_free(z: &Zone, pfn: Pfn) -> bool {
-        for o in 1..=z.max_order.0 {
-            let head = Pfn(pfn.0 & !((1u64 << o) - 1));
-            if !z.contains(head) {
-                break;
-            }
-            let w = z.frames.word(z.idx(head));
-            if w.tag() != Tag::Tail {
-                return w.order().0 < o
-                    || !matches!(w.tag(), Tag::Alloc | Tag::Hole | Tag::Bad | Tag::Cached);
-            }
-        }
-        true
     }
 }
 

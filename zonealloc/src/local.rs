@@ -348,7 +348,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     #[inline(never)]
     fn take_listed(&mut self, order: Order, base: usize, low: u64, flags: AllocFlags) -> bool {
         let z = self.zone;
-        if order.0 > 0 && z.watermark_fast(Order(0), low, self.gfp.highest_zone(), flags) {
+        if !z.short_of_pages(order, low, self.gfp.highest_zone(), flags) {
             return false;
         }
         let Some(mut pcp) = z.pcp_trylock(self.cpu) else {

@@ -106,9 +106,10 @@ pub const VMAP_MAX_ALLOC: usize = 64;
 pub const VMALLOC_BULK_MAX: usize = 100;
 
 /// Waits (`sync::backoff` rounds: spins, then yields) for compaction to let go of
-/// a fresh block it isolated before the block is split; and how many such blocks
-/// the one-block-at-a-time step gives back and tries again before it fails.
+/// a fresh block it isolated before the block is split.
 const SPLIT_WAIT_SPINS: u32 = 4096;
+/// Blocks still isolated after that wait that the one-block-at-a-time step gives
+/// back and tries again with another before it fails.
 const SPLIT_BUSY_RETRIES: u32 = 8;
 
 /// `VMALLOC_START` of x86-64 with 4-level page tables.

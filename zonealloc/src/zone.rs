@@ -260,6 +260,24 @@ impl Zone {
         pfn.0.wrapping_sub(self.start_pfn) < self.spanned
     }
 
+    /// The head of the block that tail frame `pfn` lies in, as the words read now:
+    /// the first frame that is not a tail at an aligned position below `pfn`, with
+    /// its word, if its order reaches `pfn` (else a merge or split is under way, or
+    /// `pfn` is no tail).
+    pub(crate) fn head_of_tail(&self, pfn: Pfn) -> Option<(Pfn, Word)> {
+        for o in 1..=self.max_order.0 {
+            let head = Pfn(pfn.0 & !((1u64 << o) - 1));
+            if !self.contains(head) {
+                break;
+            }
+            let w = self.frames.word(self.idx(head));
+            if w.tag() != Tag::Tail {
+                return (w.order().0 >= o).then_some((head, w));
+            }
+        }
+        None
+    }
+
     /// Frame-table index of `pfn`. Caller checked `contains(pfn)`.
     #[inline]
     pub fn idx(&self, pfn: Pfn) -> u32 {
@@ -347,6 +365,22 @@ impl Zone {
             }
         }
         false
+    }
+
+    /// After a failed watermark check at `mark`: whether the zone's free-page count
+    /// is what failed it (always, for order 0), rather than the lack of a free
+    /// block of `order`. Only then may blocks already on a per-CPU list be handed
+    /// out below the mark; a high-order request short of its block goes on to the
+    /// slow path and its drain, as in Linux.
+    #[inline]
+    pub(crate) fn short_of_pages(
+        &self,
+        order: Order,
+        mark: u64,
+        highest: ZoneType,
+        flags: AllocFlags,
+    ) -> bool {
+        order.0 == 0 || !self.watermark_fast(Order(0), mark, highest, flags)
     }
 
     /// `zone_watermark_fast()`: an order-0 shortcut, then the full check.
