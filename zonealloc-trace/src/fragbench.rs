@@ -99,6 +99,43 @@ pub struct FragOptions {
     pub samples: u64,
 }
 
+/// The smallest synthetic zone `fragbench` runs on: eight pageblocks, so that the
+/// workload's pinned share and its churn each have whole pageblocks to fill.
+pub const FRAG_MIN_ZONE_BYTES: u64 = 16 << 20;
+
+impl FragOptions {
+    /// Checks every option against its range before anything runs.
+    ///
+    /// # Errors
+    /// `ReplayError::Options` naming the first option out of range.
+    pub fn check(&self) -> Result<(), ReplayError> {
+        let bad = |what: String| Err(ReplayError::Options(what));
+        if self.zone_bytes < FRAG_MIN_ZONE_BYTES {
+            return bad(format!(
+                "zone of {} MiB: the synthetic workload needs at least {} MiB",
+                self.zone_bytes >> 20,
+                FRAG_MIN_ZONE_BYTES >> 20
+            ));
+        }
+        let percent = |name: &str, v: f64| -> Result<(), ReplayError> {
+            if (0.0..=100.0).contains(&v) {
+                Ok(())
+            } else {
+                bad(format!("{name} {v}: a percentage of the zone, 0 to 100"))
+            }
+        };
+        percent("pinned percent", self.pinned_percent)?;
+        percent("occupancy percent", self.occupancy_percent)?;
+        if !(self.ops_per_page.is_finite() && self.ops_per_page >= 0.0) {
+            return bad(format!(
+                "ops per page {}: a finite number, 0 or more",
+                self.ops_per_page
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Default for FragOptions {
     fn default() -> FragOptions {
         FragOptions {
@@ -1194,8 +1231,10 @@ fn trace_workload(
 /// `o.trace` is set, the trace workload; draws maps and charts into `out`.
 ///
 /// # Errors
-/// Reading the trace (see `TraceReader`), or a trace that makes no valid zone.
+/// An option out of range (`FragOptions::check`), reading the trace (see
+/// `TraceReader`), or a trace that makes no valid zone.
 pub fn run(o: &FragOptions, out: Option<&PictureOut>) -> Result<FragReport, ReplayError> {
+    o.check()?;
     let records = o.trace.as_deref().map(read_trace).transpose()?;
     let synthetic = synthetic(o, out);
     let trace = match (&o.trace, &records) {

@@ -126,6 +126,8 @@ pub enum ReplayError {
     Trace(TraceError),
     /// The layout made no valid allocator.
     Config(ConfigError),
+    /// An option out of its range (what is wrong, and the range).
+    Options(String),
 }
 
 impl fmt::Display for ReplayError {
@@ -133,6 +135,7 @@ impl fmt::Display for ReplayError {
         match self {
             ReplayError::Trace(e) => e.fmt(f),
             ReplayError::Config(e) => write!(f, "zone layout: {e}"),
+            ReplayError::Options(e) => write!(f, "bad option: {e}"),
         }
     }
 }

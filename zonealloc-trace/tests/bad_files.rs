@@ -254,3 +254,28 @@ fn a_bad_zoneinfo_is_named_with_its_line() {
         assert!(err.contains(needle), "{err}");
     }
 }
+
+/// `fragbench` options out of range: a clear error, no panic, a non-zero exit.
+#[test]
+fn fragbench_options_out_of_range_are_refused() {
+    for (args, needle) in [
+        (&["--zone-mib", "0"][..], "zone of 0 MiB"),
+        (&["--zone-mib", "1"][..], "zone of 1 MiB"),
+        (&["--pinned-percent", "200"][..], "pinned percent 200"),
+        (&["--occupancy-percent=-5"][..], "occupancy percent -5"),
+        (&["--ops-per-page", "NaN"][..], "ops per page NaN"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_zonealloc-trace"))
+            .args(["fragbench", "--no-peer", "--no-pictures"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?}: exit 0");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "{args:?}: error lacks {needle:?}: {err}"
+        );
+    }
+}

@@ -39,8 +39,8 @@ use crate::debug::DebugState;
 use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
 use crate::frame::{
-    FrameState, Tag, Word, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING, MIGRATING_BASE,
-    REFCOUNT_MAX,
+    FrameState, Tag, Word, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING, FLAG_VMALLOC,
+    MIGRATING_BASE, REFCOUNT_MAX,
 };
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{
@@ -451,11 +451,12 @@ impl<B: Backend> ZoneAllocator<B> {
         self.alloc_pages_node_on(self.cpu_index(cpu), 0, gfp, order, Head::PLAIN)
     }
 
-    /// The CPU whose per-CPU lists this thread uses now.
+    /// The CPU whose per-CPU lists this thread uses now. A `Config::cpu_id` hook
+    /// that panics reads as CPU 0 (with `std`; see `Config::cpu_id`).
     #[inline]
     pub fn current_cpu(&self) -> usize {
         let id = match self.config.cpu_id {
-            Some(f) => f(),
+            Some(f) => crate::hook::call(f).unwrap_or(0),
             None => os_cpu_id(),
         };
         self.cpu_index(id)
@@ -795,6 +796,11 @@ impl<B: Backend> ZoneAllocator<B> {
             if w.flags() & FLAG_FRAG != 0 && by != Holder::Frag {
                 return Err(FreeError::Busy(pfn));
             }
+            // A vmalloc area's page answers to vmalloc alone, and vmalloc only to
+            // its own pages.
+            if (w.flags() & FLAG_VMALLOC != 0) != (by == Holder::Vmalloc) {
+                return Err(FreeError::Busy(pfn));
+            }
             let new = f(w)?;
             match z.frames.cas_word(idx, w, new) {
                 Ok(_) => return Ok((w, new)),
@@ -994,8 +1000,19 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// A `FreeError` if `pfn` is not the head of an allocated block of this order.
     pub fn split_page(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        self.split_page_by(pfn, order, Holder::Raw)
+    }
+
+    /// `split_page` on behalf of `by`; the pages keep the block's flags (a
+    /// vmalloc block's pages stay vmalloc's).
+    pub(crate) fn split_page_by(
+        &self,
+        pfn: Pfn,
+        order: Order,
+        by: Holder,
+    ) -> Result<(), FreeError> {
         let z = self.head_zone(pfn, order)?;
-        let (old, _) = self.update_head(z, pfn, Holder::Raw, |w| {
+        let (old, _) = self.update_head(z, pfn, by, |w| {
             if w.order() != order {
                 return Err(FreeError::WrongOrder {
                     pfn,
@@ -1006,13 +1023,14 @@ impl<B: Backend> ZoneAllocator<B> {
             if w.flags() & FLAG_ISOLATED != 0 {
                 return Err(FreeError::Busy(pfn));
             }
-            Ok(Word::new(Tag::Alloc, 0, w.aux(), w.refcount()))
+            Ok(Word::new(Tag::Alloc, 0, w.aux(), w.refcount()).with_flags(w.flags()))
         })?;
         let idx = z.idx(pfn);
         let w = old;
         let mt = Migratetype::from_idx(w.aux() as usize).unwrap_or(Migratetype::Unmovable);
         for i in 1..order.nr_pages() as u32 {
-            z.frames.set_word(idx + i, Word::alloc(Order(0), mt));
+            z.frames
+                .set_word(idx + i, Word::alloc_flagged(Order(0), mt, w.flags()));
         }
         Ok(())
     }
@@ -1161,6 +1179,8 @@ pub(crate) enum Holder {
     Guard,
     /// The page_frag paths, for blocks a cache carves (`FLAG_FRAG`) and fragments.
     Frag,
+    /// A vmalloc space, for the pages of its areas (`FLAG_VMALLOC`).
+    Vmalloc,
 }
 
 /// The allocation slow path's one call upward: direct compaction
@@ -1234,6 +1254,8 @@ impl Head {
     pub(crate) const PLAIN: Head = Head::new(0, 1);
     /// A `PageBlock` guard's block (`FLAG_GUARDED`), one reference.
     pub(crate) const GUARDED: Head = Head::new(FLAG_GUARDED, 1);
+    /// A vmalloc area's block (`FLAG_VMALLOC`), one reference.
+    pub(crate) const VMALLOC: Head = Head::new(FLAG_VMALLOC, 1);
 
     /// A page_frag cache's block (`FLAG_FRAG`) with `bias` references, all the
     /// cache's (`bias` at least 1), and `bias` published in its bias slot.

@@ -60,6 +60,8 @@ pub(crate) struct CompactState {
     /// `compaction_proactiveness` (relaxed, as above).
     pub(crate) proactiveness: AtomicU32,
     pub(crate) counters: Counters,
+    /// Migration callbacks running now, any thread's (see `hook::InCallback`).
+    pub(crate) callbacks: AtomicU32,
 }
 
 impl CompactState {
@@ -84,6 +86,7 @@ impl CompactState {
             extfrag_threshold: AtomicU32::new(EXTFRAG_THRESHOLD_DEFAULT),
             proactiveness: AtomicU32::new(COMPACTION_PROACTIVENESS_DEFAULT),
             counters: Counters::default(),
+            callbacks: AtomicU32::new(0),
         }
     }
 }

@@ -79,6 +79,7 @@ use crate::backend::Backend;
 use crate::buddy::FreeDelta;
 use crate::fragindex::{contig_page_info, fragmentation_index};
 use crate::frame::{Tag, Word};
+use crate::hook::InCallback;
 use crate::migrate::{is_movable_candidate, Step};
 use crate::migrator::Migrate;
 use crate::pcp::PAGE_ALLOC_COSTLY_ORDER;
@@ -125,6 +126,9 @@ pub struct CompactReport {
     pub pages_refused: u64,
     /// Pages freed by their owner while isolated (put back and freed).
     pub pages_freed: u64,
+    /// Migration callbacks that panicked. Each is taken as a refusal (the block
+    /// stays where it was) and ends its zone's run; see `CompactError::OwnerPanicked`.
+    pub owner_panics: u64,
 }
 
 impl CompactReport {
@@ -140,6 +144,7 @@ impl CompactReport {
         self.blocks_moved += o.blocks_moved;
         self.pages_refused += o.pages_refused;
         self.pages_freed += o.pages_freed;
+        self.owner_panics += o.owner_panics;
     }
 }
 
@@ -152,6 +157,16 @@ pub enum CompactError {
     InvalidOrder(Order),
     /// A tunable out of its range.
     OutOfRange(u32),
+    /// The owner's migration callback panicked (caught, with `std`). The block it
+    /// was moving stayed where it was, every block isolated or held for the run was
+    /// given back, and the run ended; blocks moved before it stay moved.
+    OwnerPanicked,
+    /// Called from inside one of this allocator's migration callbacks for a zone
+    /// that is being compacted (by the callback's own run, as a rule): waiting
+    /// would never end, so nothing is done. Without `std`, where threads cannot be
+    /// told apart, a call made while any migration callback of this allocator
+    /// runs answers this for a zone being compacted.
+    Reentered,
 }
 
 impl core::fmt::Display for CompactError {
@@ -160,6 +175,12 @@ impl core::fmt::Display for CompactError {
             CompactError::NoZone => f.write_str("no such zone or node"),
             CompactError::InvalidOrder(o) => write!(f, "order {o} above max_order"),
             CompactError::OutOfRange(v) => write!(f, "value {v} out of range"),
+            CompactError::OwnerPanicked => {
+                f.write_str("the owner's migration callback panicked; the run was stopped")
+            }
+            CompactError::Reentered => f.write_str(
+                "compaction called from inside a migration callback for a zone being compacted",
+            ),
         }
     }
 }
@@ -230,6 +251,11 @@ impl<B: Backend> DirectCompact for ZoneAllocator<B> {
                 let full = prio == Prio::SyncFull;
                 let r = self.compact_zone_locked(z, &mut st, Some(order), None, prio, &*m);
                 let got = retry();
+                if r.owner_panics > 0 && got.is_none() {
+                    // The owner is in trouble: call it no more for this request.
+                    c.fail.inc(1);
+                    return None;
+                }
                 if got.is_some() {
                     compaction_defer_reset(&mut st, order, true);
                     c.success.inc(1);
@@ -369,10 +395,14 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `order` exists, or over the whole zone (`None`) until the scanners meet.
     /// Explicit calls scan the whole zone from its edges with the skip hints
     /// ignored, and ignore deferral and suitability (as a write to
-    /// `/proc/sys/vm/compact_memory` does); they wait for another thread's run.
+    /// `/proc/sys/vm/compact_memory` does); they wait for another thread's run,
+    /// except from inside a migration callback (see `Reentered`).
     ///
     /// # Errors
-    /// `NoZone`, `InvalidOrder`; nothing changes then.
+    /// `NoZone`, `InvalidOrder`, `Reentered`; nothing changes then.
+    /// `OwnerPanicked` if `m` panicked: the block it was moving stays where it
+    /// was and the run stops, every frame accounted for (blocks moved before the
+    /// panic stay moved).
     ///
     /// # Examples
     /// ```
@@ -405,14 +435,26 @@ impl<B: Backend> ZoneAllocator<B> {
             .iter()
             .find(|z| z.id == id && z.present > 0)
             .ok_or(CompactError::NoZone)?;
-        let mut st = self.compact.zones[z.index].lock();
-        Ok(self.compact_zone_locked(z, &mut st, order, None, Prio::Whole, m))
+        let lock = &self.compact.zones[z.index];
+        let mut st = match lock.try_lock() {
+            Some(st) => st,
+            None if InCallback::may_wait(self.compact_key(), &self.compact.callbacks) => {
+                lock.lock()
+            }
+            None => return Err(CompactError::Reentered),
+        };
+        let r = self.compact_zone_locked(z, &mut st, order, None, Prio::Whole, m);
+        if r.owner_panics > 0 {
+            return Err(CompactError::OwnerPanicked);
+        }
+        Ok(r)
     }
 
     /// `compact_node()`: `compact_zone` on every populated zone of node `nid`.
     ///
     /// # Errors
-    /// `NoZone` for a node that does not exist; `InvalidOrder`.
+    /// `NoZone` for a node that does not exist; `InvalidOrder`; the first zone's
+    /// `Reentered` or `OwnerPanicked` (see `compact_zone`), which stops it.
     pub fn compact_node(
         &self,
         nid: u16,
@@ -747,6 +789,15 @@ impl<B: Backend> ZoneAllocator<B> {
                 Step::Freed => {
                     cc.report.pages_freed += nr;
                     cc.targets.push((dst, order));
+                }
+                Step::Panicked => {
+                    // Call the owner no more in this run: put the rest back.
+                    cc.report.owner_panics += 1;
+                    cc.targets.push((dst, order));
+                    for &(p, _) in &sources[i + 1..] {
+                        self.putback_movable(z, p);
+                    }
+                    return false;
                 }
             }
         }

@@ -87,7 +87,9 @@ pub struct Config {
     pub pcp: PcpConfig,
     /// How the allocator learns the current CPU. `None`: `sched_getcpu()` with `std`,
     /// CPU 0 without. The result is taken modulo `nr_cpus`. Any value is safe: it
-    /// only picks which CPU's lists to try.
+    /// only picks which CPU's lists to try. The hook is read before a call takes
+    /// anything, and with `std` a hook that panics reads as CPU 0 (the panic is
+    /// caught after the panic hook has reported it), so no call is left half done.
     pub cpu_id: Option<fn() -> usize>,
     /// How fragment blocks return when their last fragment is freed.
     pub frag_free_path: FragFreePath,

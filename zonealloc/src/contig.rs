@@ -27,10 +27,10 @@
 
 use alloc::vec::Vec;
 
-use crate::allocator::{Head, ZoneAllocator};
+use crate::allocator::{Head, Holder, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::FreeError;
-use crate::frame::{Tag, Word, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING};
+use crate::frame::{Tag, Word, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING, FLAG_VMALLOC};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::pcp_allowed_order;
 use crate::types::Wmark;
@@ -102,10 +102,12 @@ impl<B: Backend> ZoneAllocator<B> {
     /// ```
     pub fn free_contig_range(&self, pfn: Pfn, nr: u64) -> Result<(), FreeError> {
         let z = self.zone_of_range(pfn, nr)?;
+        // The CPU first: owner code (`Config::cpu_id`) runs before a page is taken.
+        let cpu = self.current_cpu();
         let mut claim = Claim::default();
         let pages = (0..nr).map(|i| (pfn.add(i), 1));
-        self.claim_pages(z, pages.clone(), &mut claim, 0)?;
-        self.commit_pages(z, pages, &claim, 0, self.current_cpu());
+        self.claim_pages(z, pages.clone(), &mut claim, 0, 0)?;
+        self.commit_pages(z, pages, &claim, 0, cpu, 0);
         Ok(())
     }
 
@@ -120,20 +122,23 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Taking pages in ascending order makes two racing calls meet first at their
     /// lowest common page: whoever takes it goes on, the other stops there, so of
     /// two frees of one page exactly one succeeds.
-    /// `claim` records page `i` of `pages` as bit `base + i`.
+    /// `claim` records page `i` of `pages` as bit `base + i`. `owner` is the
+    /// owner flag every page must carry: 0 for the raw API, `FLAG_VMALLOC` for a
+    /// vmalloc area's pages.
     fn claim_pages(
         &self,
         z: &Zone,
         pages: impl Iterator<Item = (Pfn, u32)> + Clone,
         claim: &mut Claim,
         base: usize,
+        owner: u8,
     ) -> Result<(), FreeError> {
         for (i, (p, k)) in pages.clone().enumerate() {
             let idx = z.idx(p);
             let mut w = z.frames.word(idx);
             let taken = loop {
-                if let Some(e) = self.claim_refusal(z, p, k, w) {
-                    self.unclaim(z, pages.take(i), claim, base);
+                if let Some(e) = self.claim_refusal(z, p, k, w, owner) {
+                    self.unclaim(z, pages.take(i), claim, base, owner);
                     return Err(e);
                 }
                 if w.refcount() > k {
@@ -155,8 +160,8 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// Why `claim_pages` may not drop `k` references of page `p`, whose word is
-    /// `w`: `None` if it may.
-    fn claim_refusal(&self, z: &Zone, p: Pfn, k: u32, w: Word) -> Option<FreeError> {
+    /// `w`, for `owner` (its owner flag): `None` if it may.
+    fn claim_refusal(&self, z: &Zone, p: Pfn, k: u32, w: Word, owner: u8) -> Option<FreeError> {
         if w.tag() != Tag::Alloc {
             Some(self.classify(z, p, w))
         } else if w.order().0 != 0 {
@@ -167,7 +172,9 @@ impl<B: Backend> ZoneAllocator<B> {
             })
         } else if w.flags() & FLAG_GUARDED != 0 {
             Some(FreeError::Guarded(p))
-        } else if w.flags() & !(FLAG_ISOLATED | FLAG_MIGRATING) != 0 {
+        } else if w.flags() & !(FLAG_ISOLATED | FLAG_MIGRATING) != owner {
+            // Another owner's page (a fragment block's, a vmalloc area's), or, for
+            // vmalloc, a page that is not its own.
             Some(FreeError::Busy(p))
         } else if w.refcount() < k + isolated_ref(w) {
             Some(FreeError::AlreadyFree(p))
@@ -184,12 +191,14 @@ impl<B: Backend> ZoneAllocator<B> {
         pages: impl Iterator<Item = (Pfn, u32)>,
         claim: &Claim,
         base: usize,
+        owner: u8,
     ) {
         for (i, (p, k)) in pages.enumerate() {
             if claim.get(base + i) {
                 let idx = z.idx(p);
                 let w = z.frames.word(idx);
-                z.frames.set_word(idx, Word::new(Tag::Alloc, 0, w.aux(), k));
+                z.frames
+                    .set_word(idx, Word::new(Tag::Alloc, 0, w.aux(), k).with_flags(owner));
             }
         }
     }
@@ -204,10 +213,11 @@ impl<B: Backend> ZoneAllocator<B> {
         claim: &Claim,
         base: usize,
         cpu: usize,
+        owner: u8,
     ) {
         let mut run: Option<(u64, u64)> = None;
         for (i, (p, k)) in pages.enumerate() {
-            let zero = claim.get(base + i) || self.put_order0(z, p, k);
+            let zero = claim.get(base + i) || self.put_order0(z, p, k, owner);
             if zero {
                 z.frames.set_word(z.idx(p), Word::TAIL);
                 match &mut run {
@@ -228,14 +238,19 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Drops `k` references on an order-0 page that had more than `k` when it was
     /// checked; `true` if it reached zero (then the page is the caller's). A page
     /// whose state changed under us (every other reference dropped by racing owners
-    /// who held none of ours) counts as still referenced.
+    /// who held none of ours, or the page now another owner's) counts as still
+    /// referenced.
     #[inline]
-    fn put_order0(&self, z: &Zone, pfn: Pfn, k: u32) -> bool {
+    fn put_order0(&self, z: &Zone, pfn: Pfn, k: u32, owner: u8) -> bool {
         let idx = z.idx(pfn);
         let mut w = z.frames.word(idx);
         loop {
             // An isolated page keeps compaction's reference (see `migrate`).
-            if w.tag() != Tag::Alloc || w.order().0 != 0 || w.refcount() < k + isolated_ref(w) {
+            if w.tag() != Tag::Alloc
+                || w.order().0 != 0
+                || w.flags() & !(FLAG_ISOLATED | FLAG_MIGRATING) != owner
+                || w.refcount() < k + isolated_ref(w)
+            {
                 return false;
             }
             let last = w.refcount() == k;
@@ -287,6 +302,17 @@ impl<B: Backend> ZoneAllocator<B> {
     /// assert!(za.free_pages_bulk(&pages).is_err()); // already free: nothing changes
     /// ```
     pub fn free_pages_bulk(&self, pages: &[Pfn]) -> Result<(), FreeError> {
+        self.free_pages_bulk_by(pages, Holder::Raw)
+    }
+
+    /// `free_pages_bulk` on behalf of `by`: the raw API, or a vmalloc space for
+    /// the pages of one of its areas (each must carry `FLAG_VMALLOC`).
+    pub(crate) fn free_pages_bulk_by(&self, pages: &[Pfn], by: Holder) -> Result<(), FreeError> {
+        let owner = if by == Holder::Vmalloc {
+            FLAG_VMALLOC
+        } else {
+            0
+        };
         // Distinct pages, ascending, each with how often it is listed.
         let ascending = pages.windows(2).all(|w| w[0] < w[1]);
         let mut sorted: Vec<(Pfn, u32)> = Vec::new();
@@ -306,6 +332,8 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         };
         let n = if ascending { pages.len() } else { list.len() };
+        // The CPU first: owner code (`Config::cpu_id`) runs before a page is taken.
+        let cpu = self.current_cpu();
         // Phase one, run by run (runs of consecutive frames in one zone): take the
         // pages. A vmalloc array is usually one run, kept without allocating.
         let mut first: Option<(&Zone, usize, usize)> = None;
@@ -324,7 +352,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     {
                         k += 1;
                     }
-                    self.claim_pages(z, (i..i + k).map(entry), &mut claim, i)
+                    self.claim_pages(z, (i..i + k).map(entry), &mut claim, i, owner)
                         .map(|()| (z, i, k))
                 }
             };
@@ -339,16 +367,15 @@ impl<B: Backend> ZoneAllocator<B> {
                 }
                 Err(e) => {
                     for &(z, j, m) in first.iter().chain(&more) {
-                        self.unclaim(z, (j..j + m).map(entry), &claim, j);
+                        self.unclaim(z, (j..j + m).map(entry), &claim, j, owner);
                     }
                     return Err(e);
                 }
             }
         }
         // Phase two: release them.
-        let cpu = self.current_cpu();
         for &(z, j, m) in first.iter().chain(&more) {
-            self.commit_pages(z, (j..j + m).map(entry), &claim, j, cpu);
+            self.commit_pages(z, (j..j + m).map(entry), &claim, j, cpu, owner);
         }
         Ok(())
     }
@@ -373,6 +400,17 @@ impl<B: Backend> ZoneAllocator<B> {
     /// za.free_pages_bulk(&pfns).unwrap();
     /// ```
     pub fn alloc_pages_bulk(&self, gfp: Gfp, pages: &mut [Option<Pfn>]) -> usize {
+        self.alloc_pages_bulk_as(gfp, pages, Head::PLAIN)
+    }
+
+    /// `alloc_pages_bulk` of pages published as `head` (a vmalloc area's pages
+    /// come marked as its own).
+    pub(crate) fn alloc_pages_bulk_as(
+        &self,
+        gfp: Gfp,
+        pages: &mut [Option<Pfn>],
+        head: Head,
+    ) -> usize {
         if self
             .debug
             .faults
@@ -386,7 +424,9 @@ impl<B: Backend> ZoneAllocator<B> {
             return filled;
         }
         let single = |slot: &mut Option<Pfn>| {
-            *slot = self.alloc_pages(gfp, Order(0)).ok();
+            *slot = self
+                .alloc_pages_node_on(self.current_cpu(), 0, gfp, Order(0), head)
+                .ok();
             slot.is_some() as usize
         };
         let first_empty = pages.iter().position(|p| p.is_none()).unwrap_or(0);
@@ -438,7 +478,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut n = filled;
         for &(i, p) in &got {
             if self.debug.alloc_check(&self.backend, z, p, Order(0)) {
-                self.prep_new_page(z, p, Order(0), gfp, mt, Head::PLAIN);
+                self.prep_new_page(z, p, Order(0), gfp, mt, head);
                 pages[i] = Some(p);
                 n += 1;
             }

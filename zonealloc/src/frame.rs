@@ -15,6 +15,8 @@
 //!    FLAG_MIGRATING (with FLAG_ISOLATED) a migration's target, whose refcount is
 //!                  relative to MIGRATING_BASE and whose `next` names the old block
 //!                  until compaction carries the old block's references over
+//!    FLAG_VMALLOC  a page of a live vmalloc area: only `vfree` (and vmalloc's own
+//!                  unwinding) frees it; the raw API, caches and guards refuse it
 //!  prev (u32):  table index of the previous entry on the list this head is on
 //!  next (u32):  table index of the next entry (NIL: none; off any list)
 //! ```
@@ -95,6 +97,11 @@ pub(crate) enum Tag {
 pub(crate) const FLAG_GUARDED: u8 = 1;
 /// Head flag: the block is a page_frag cache's, with its bias published in `next`.
 pub(crate) const FLAG_FRAG: u8 = 2;
+
+/// Head flag: the page belongs to a live vmalloc area (see `vmalloc`). Every raw
+/// path refuses it (`Busy`), compaction never isolates it, and only the area's
+/// `vfree` frees it, so `vfree` frees exactly what it owns.
+pub(crate) const FLAG_VMALLOC: u8 = 16;
 
 /// Head flag: compaction isolated the block (a movable allocation with no other
 /// flag) and holds one reference of its own on it, so the owner's frees only drop

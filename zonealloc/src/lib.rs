@@ -68,7 +68,7 @@
 //!
 //! | module | layer |
 //! |---|---|
-//! | `types`, `sync`, `error`, `gfp`, `counter`, `fault`, `config`, `fragindex`, `migrator` | vocabulary, locks and atomics (loom-swappable), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables, the fragmentation indices' arithmetic, the `Migrate` trait an owner of movable memory implements |
+//! | `types`, `sync`, `hook`, `error`, `gfp`, `counter`, `fault`, `config`, `fragindex`, `migrator` | vocabulary, locks and atomics (loom-swappable), calling owners' code (the rule every hook obeys), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables, the fragmentation indices' arithmetic, the `Migrate` trait an owner of movable memory implements |
 //! | `frame` | per-frame metadata (16 bytes), the frame state machine, intrusive lists |
 //! | `pageblock` | pageblock migratetypes and isolation bits |
 //! | `backend`, `arena`, `os` | what stands behind the frames; the current CPU |
@@ -110,6 +110,7 @@ mod fault;
 mod fragindex;
 mod frame;
 mod gfp;
+mod hook;
 mod isolate;
 mod local;
 mod migrate;

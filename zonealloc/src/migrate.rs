@@ -115,6 +115,7 @@
 use crate::allocator::{Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::frame::{Tag, Word, FLAG_ISOLATED, FLAG_MIGRATING, MIGRATING_BASE, REFCOUNT_MAX};
+use crate::hook::{self, InCallback, Panicked};
 use crate::migrator::{Migrate, MigrateOutcome, Migration};
 use crate::types::{Migratetype, Order, Pfn};
 use crate::zone::Zone;
@@ -129,9 +130,18 @@ pub(crate) enum Step {
     /// The owner freed the block while it was isolated (before or during its call):
     /// putback freed it and the target is still ours.
     Freed,
+    /// The owner's callback panicked (caught, with `std`): handled as a refusal,
+    /// the block put back and the target still ours (see `hook`).
+    Panicked,
 }
 
 impl<B: Backend> ZoneAllocator<B> {
+    /// This allocator's name for `hook::InCallback`: the address of its
+    /// compaction state, unique among live allocators.
+    pub(crate) fn compact_key(&self) -> usize {
+        core::ptr::from_ref(&self.compact) as usize
+    }
+
     /// Isolates the movable block headed by `pfn` for migration: one CAS adds
     /// compaction's reference and `FLAG_ISOLATED`. Returns the block's order, or
     /// `None` if the frame is not the head of a movable, unflagged allocated block.
@@ -240,14 +250,19 @@ impl<B: Backend> ZoneAllocator<B> {
         z.frames.set_migration_link(z.idx(new), z.idx(old));
         z.frames.set_word(z.idx(new), target);
         let copy = |from: Pfn, to: Pfn, nr: u64| self.backend.copy_pages(from, to, nr);
-        let outcome = m.migrate(&Migration {
-            old,
-            new,
-            order,
-            copy: &copy,
-        });
+        let outcome = {
+            let _inside = InCallback::enter(self.compact_key(), &self.compact.callbacks);
+            hook::call(|| {
+                m.migrate(&Migration {
+                    old,
+                    new,
+                    order,
+                    copy: &copy,
+                })
+            })
+        };
         match outcome {
-            MigrateOutcome::Moved => {
+            Ok(MigrateOutcome::Moved) => {
                 let held = self.seize_isolated(z, old);
                 self.settle_target(z, new, held, link);
                 z.events.pgalloc.inc(order.nr_pages());
@@ -255,13 +270,16 @@ impl<B: Backend> ZoneAllocator<B> {
                 self.putback_movable(z, new);
                 Step::Moved
             }
-            MigrateOutcome::Refused => {
+            // A panic is taken as a refusal: the owner's references may name either
+            // block, and only its own data can suffer for that (see `Migrate`).
+            Ok(MigrateOutcome::Refused) | Err(Panicked) => {
                 self.seize_isolated(z, new);
                 z.frames.set_migration_link(z.idx(new), link);
-                if self.putback_movable(z, old) {
-                    Step::Freed
-                } else {
-                    Step::Refused
+                let freed = self.putback_movable(z, old);
+                match outcome {
+                    Err(Panicked) => Step::Panicked,
+                    _ if freed => Step::Freed,
+                    _ => Step::Refused,
                 }
             }
         }

@@ -382,6 +382,9 @@ impl<B: Backend> ZoneAllocator<B> {
             .ok_or(FreeError::ForeignAddress(addr as usize))?;
         let (head, _) = self.block_of(pfn)?;
         let z = self.zone_of(head).ok_or(FreeError::OutOfRange(head))?;
+        // The CPU first: owner code (`Config::cpu_id`) runs before the block is
+        // taken.
+        let cpu = self.current_cpu();
         let bias = z.frames.bias_slot(z.idx(head));
         let (old, new) = self.update_head(z, head, Holder::Frag, |w| {
             // Acquire: pairs with the cache's Release store of the bias.
@@ -400,14 +403,15 @@ impl<B: Backend> ZoneAllocator<B> {
             })
         })?;
         if new.tag() == Tag::Frozen {
-            self.release_frozen(z, head, old.order(), self.frag_via(old.order()));
+            self.release_frozen(z, head, old.order(), self.frag_via(old.order(), cpu));
         }
         Ok(())
     }
 
-    /// Where a fragment block goes when its last reference is dropped.
-    fn frag_via(&self, order: Order) -> Via {
-        let cpu = Via::Cpu(self.current_cpu());
+    /// Where a fragment block goes when its last reference is dropped, freed on
+    /// CPU `cpu`.
+    fn frag_via(&self, order: Order, cpu: usize) -> Via {
+        let cpu = Via::Cpu(cpu);
         match self.config().frag_free_path {
             FragFreePath::PcpAll => cpu,
             FragFreePath::PcpOrder0 if order.0 == 0 => cpu,
@@ -433,6 +437,7 @@ impl<B: Backend> ZoneAllocator<B> {
         reset: Option<u32>,
     ) -> Result<Released, FreeError> {
         let z = self.zone_of(head).ok_or(FreeError::OutOfRange(head))?;
+        let cpu = self.current_cpu();
         let (old, new) = self.update_head(z, head, Holder::Frag, |w| {
             if w.flags() & FLAG_FRAG == 0 {
                 return Err(FreeError::Busy(head));
@@ -452,7 +457,7 @@ impl<B: Backend> ZoneAllocator<B> {
             })
         })?;
         if new.tag() == Tag::Frozen {
-            self.release_frozen(z, head, old.order(), self.frag_via(old.order()));
+            self.release_frozen(z, head, old.order(), self.frag_via(old.order(), cpu));
             return Ok(Released::Freed);
         }
         if new.flags() & FLAG_FRAG == 0 {

@@ -51,9 +51,10 @@ pub struct ZoneFreeCounts {
 }
 
 impl ZoneFreeCounts {
-    /// Free blocks of `order`, every type.
+    /// Free blocks of `order`, every type; 0 for an order above the zone's
+    /// `max_order` (no block of it can exist).
     pub fn blocks_at(&self, order: usize) -> u64 {
-        self.nr_free[order].iter().sum()
+        self.nr_free.get(order).map_or(0, |row| row.iter().sum())
     }
 }
 

@@ -84,7 +84,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ptr::NonNull;
 
-use crate::allocator::ZoneAllocator;
+use crate::allocator::{Head, Holder, ZoneAllocator};
 #[cfg(feature = "std")]
 use crate::arena::{Arena, ArenaWindow};
 use crate::backend::Backend;
@@ -837,7 +837,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
             if order.0 > 0 {
                 let mut spins = 0;
                 let split = loop {
-                    match za.split_page(p, order) {
+                    match za.split_page_by(p, order, Holder::Vmalloc) {
                         Err(FreeError::Busy(_)) if spins < SPLIT_WAIT_SPINS => {
                             crate::sync::backoff(&mut spins);
                         }
@@ -845,7 +845,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
                     }
                 };
                 if split.is_err() {
-                    let _ = za.free_pages(p, order);
+                    let _ = za.free_pages_by(za.current_cpu(), p, order, Holder::Vmalloc);
                     return false;
                 }
             }
@@ -868,7 +868,14 @@ impl<B: Backend> VmallocSpace<'_, B> {
                 let got = if inject() {
                     None
                 } else {
-                    za.alloc_pages(large_gfp, Order(large)).ok()
+                    za.alloc_pages_node_on(
+                        za.current_cpu(),
+                        0,
+                        large_gfp,
+                        Order(large),
+                        Head::VMALLOC,
+                    )
+                    .ok()
                 };
                 match got {
                     Some(p) if take(&mut pages, p, Order(large)) => {}
@@ -890,7 +897,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
                 }
                 let batch = &mut slots[..want];
                 batch.fill(None);
-                let got = za.alloc_pages_bulk(gfp, batch);
+                let got = za.alloc_pages_bulk_as(gfp, batch, Head::VMALLOC);
                 pages.extend(batch.iter().flatten());
                 if got < want {
                     break;
@@ -904,7 +911,8 @@ impl<B: Backend> VmallocSpace<'_, B> {
             let got = if inject() {
                 None
             } else {
-                za.alloc_pages(gfp, page_order).ok()
+                za.alloc_pages_node_on(za.current_cpu(), 0, gfp, page_order, Head::VMALLOC)
+                    .ok()
             };
             match got {
                 Some(p) if take(&mut pages, p, page_order) => {}
@@ -923,7 +931,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     /// that can be freed is; the first refusal is returned.
     fn free_page_array(&self, pages: &[Pfn]) -> Result<(), FreeError> {
         match self.cfg.vfree_mode {
-            VfreeMode::Bulk => match self.za.free_pages_bulk(pages) {
+            VfreeMode::Bulk => match self.za.free_pages_bulk_by(pages, Holder::Vmalloc) {
                 Ok(()) => Ok(()),
                 // `free_pages_bulk` changed nothing; free what is still ours.
                 Err(e) => {
@@ -939,7 +947,9 @@ impl<B: Backend> VmallocSpace<'_, B> {
     fn free_pages_each(&self, pages: &[Pfn]) -> Result<(), FreeError> {
         let mut first = Ok(());
         for &p in pages {
-            if let Err(e) = self.za.free_pages(p, Order(0)) {
+            // As `free_pages` does, page by page: the CPU read each time.
+            let cpu = self.za.current_cpu();
+            if let Err(e) = self.za.free_pages_by(cpu, p, Order(0), Holder::Vmalloc) {
                 if first.is_ok() {
                     first = Err(e);
                 }

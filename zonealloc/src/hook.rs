@@ -1,0 +1,151 @@
+//! Calling code an owner supplies: the one rule every hook obeys.
+//!
+//! Bottom layer, beside `sync`. The allocator calls an owner's code in two places:
+//! the `Migrate` callback (compaction moving one of the owner's blocks) and
+//! `Config::cpu_id` (which CPU's lists a call uses). A `Backend` is the third kind
+//! of owner code; its own contract (an `unsafe trait`) covers it.
+//!
+//! # The rule
+//! No hook can leave the allocator half done, whatever it does:
+//! * **It may panic.** With `std` the allocator catches the unwind at the call
+//!   (`call`) and finishes the step as if the hook had answered the safest thing:
+//!   `cpu_id` reads as CPU 0 (any CPU is a valid answer), and a migration callback
+//!   as a refusal, the block staying where it is; the compaction run then ends and
+//!   the explicit calls answer `CompactError::OwnerPanicked`. The panic message
+//!   still reaches the panic hook (standard error by default). Besides, `cpu_id` is
+//!   read before a call takes anything, so even an unwind that nothing catches (a
+//!   `no_std` build with unwinding) leaves no frame claimed. A `no_std` kernel
+//!   builds with `panic = "abort"`, where none of this arises.
+//! * **It may call the allocator.** Any call a callback makes runs as from any
+//!   other thread, except the one that would wait for what the callback's own
+//!   thread holds: explicit compaction (`compact_zone`, `compact_node`) of a zone
+//!   being compacted. From inside a migration callback those take a zone only if
+//!   its compaction lock is free at once, and otherwise answer
+//!   `CompactError::Reentered` (`InCallback`); direct and proactive compaction
+//!   already pass over a zone another run holds. So no callback waits on a lock,
+//!   and no cycle of waits can form.
+
+use crate::sync::{AtomicU32, Ordering};
+
+/// A hook unwound (with `std`; without it a panic is not caught).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Panicked;
+
+/// Runs owner code `f`, catching its unwind with `std`.
+#[inline]
+pub(crate) fn call<R>(f: impl FnOnce() -> R) -> Result<R, Panicked> {
+    #[cfg(feature = "std")]
+    {
+        // The payload is dropped here: the panic hook has already reported it.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| Panicked)
+    }
+    #[cfg(not(feature = "std"))]
+    {
+        Ok(f())
+    }
+}
+
+#[cfg(all(feature = "std", not(loom)))]
+std::thread_local! {
+    /// The allocators (by the address of their compaction state) whose migration
+    /// callback this thread is inside, innermost last.
+    static INSIDE: core::cell::RefCell<alloc::vec::Vec<usize>> =
+        const { core::cell::RefCell::new(alloc::vec::Vec::new()) };
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static INSIDE: core::cell::RefCell<alloc::vec::Vec<usize>> =
+        core::cell::RefCell::new(alloc::vec::Vec::new());
+}
+
+/// Marks the span of one migration callback of allocator `key`: this thread's
+/// (with `std`), counted in `running` as well (any thread's, for `no_std`).
+pub(crate) struct InCallback<'a> {
+    #[cfg(feature = "std")]
+    key: usize,
+    running: &'a AtomicU32,
+}
+
+impl<'a> InCallback<'a> {
+    /// Enters a callback of allocator `key`, whose running callbacks `running`
+    /// counts.
+    pub(crate) fn enter(key: usize, running: &'a AtomicU32) -> InCallback<'a> {
+        #[cfg(feature = "std")]
+        INSIDE.with(|v| v.borrow_mut().push(key));
+        #[cfg(not(feature = "std"))]
+        let _ = key;
+        running.fetch_add(1, Ordering::Relaxed);
+        InCallback {
+            #[cfg(feature = "std")]
+            key,
+            running,
+        }
+    }
+
+    /// Whether a compaction call of allocator `key` made now may wait for a zone's
+    /// compaction lock: not from inside one of that allocator's migration callbacks
+    /// on this thread (with `std`), not while any runs at all (without `std`,
+    /// where threads cannot be told apart).
+    pub(crate) fn may_wait(key: usize, running: &AtomicU32) -> bool {
+        #[cfg(feature = "std")]
+        {
+            let _ = running;
+            !INSIDE.with(|v| v.borrow().contains(&key))
+        }
+        #[cfg(not(feature = "std"))]
+        {
+            let _ = key;
+            running.load(Ordering::Relaxed) == 0
+        }
+    }
+}
+
+impl Drop for InCallback<'_> {
+    fn drop(&mut self) {
+        #[cfg(feature = "std")]
+        INSIDE.with(|v| {
+            let mut v = v.borrow_mut();
+            if let Some(i) = v.iter().rposition(|&k| k == self.key) {
+                v.remove(i);
+            }
+        });
+        self.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(all(test, feature = "std", not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_caught_and_a_value_passes_through() {
+        assert_eq!(call(|| 7), Ok(7));
+        let r: Result<u32, Panicked> = call(|| panic!("owner code"));
+        assert_eq!(r, Err(Panicked));
+    }
+
+    #[test]
+    fn only_the_callbacks_own_thread_and_allocator_are_refused_a_wait() {
+        let running = AtomicU32::new(0);
+        assert!(InCallback::may_wait(1, &running));
+        {
+            let _outer = InCallback::enter(1, &running);
+            let _inner = InCallback::enter(2, &running);
+            assert!(!InCallback::may_wait(1, &running));
+            assert!(!InCallback::may_wait(2, &running));
+            assert!(InCallback::may_wait(3, &running));
+            let other = std::thread::spawn(|| InCallback::may_wait(1, &AtomicU32::new(0)));
+            assert!(other.join().unwrap(), "another thread may wait");
+        }
+        assert!(InCallback::may_wait(1, &running));
+        assert_eq!(running.load(Ordering::Relaxed), 0);
+        // A callback that unwinds leaves the mark as it found it.
+        let r = call(|| {
+            let _g = InCallback::enter(1, &running);
+            panic!("owner code");
+        });
+        assert_eq!(r, Err(Panicked));
+        assert!(InCallback::may_wait(1, &running));
+    }
+}
