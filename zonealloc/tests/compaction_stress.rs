@@ -34,6 +34,9 @@ use zonealloc::*;
 
 #[path = "support/figures.rs"]
 mod figures;
+#[path = "support/induced_panic.rs"]
+mod induced;
+use induced::induced_panic;
 #[path = "support/settled.rs"]
 mod support;
 use support::settled;
@@ -53,10 +56,27 @@ struct Shared {
     progress: AtomicU64,
 }
 
-/// The owner of the movable blocks: id -> (pfn, order) and pfn -> id.
+/// The owner of the movable blocks: id -> (pfn, order) and pfn -> id. With
+/// `panic_one_in` set, one callback in that many panics (before it changes
+/// anything), at random.
 struct Owner {
     table: Mutex<Table>,
     shared: std::sync::OnceLock<std::sync::Weak<Shared>>,
+    panic_one_in: Option<u64>,
+    calls: AtomicU64,
+    panics: AtomicU64,
+}
+
+impl Owner {
+    fn new(panic_one_in: Option<u64>) -> Owner {
+        Owner {
+            table: Mutex::new(Table::default()),
+            shared: std::sync::OnceLock::new(),
+            panic_one_in,
+            calls: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -67,6 +87,11 @@ struct Table {
 
 impl Migrate for Owner {
     fn migrate(&self, m: &Migration<'_>) -> MigrateOutcome {
+        let mut call = self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.panic_one_in.is_some_and(|n| step(&mut call) % n == 0) {
+            self.panics.fetch_add(1, Ordering::Relaxed);
+            induced_panic();
+        }
         let Some(sh) = self.shared.get().and_then(|w| w.upgrade()) else {
             return MigrateOutcome::Refused;
         };
@@ -132,6 +157,28 @@ impl Shared {
             .filter(|t| t.load(Ordering::Relaxed) != 0)
             .count() as u64
     }
+}
+
+/// A zone of `FRAMES` frames for `cpus` CPUs with its ledger, `owner` its
+/// registered migrator.
+fn new_shared(owner: &Arc<Owner>, cpus: usize) -> Arc<Shared> {
+    let sh = Arc::new(Shared {
+        za: ZoneAllocator::new(Config {
+            nr_cpus: cpus,
+            min_free_kbytes: Some(0),
+            ..Config::single_zone(ZoneType::Normal, Pfn(0), FRAMES)
+        })
+        .unwrap(),
+        ledger: (0..FRAMES).map(|_| AtomicU64::new(0)).collect(),
+        owner: owner.clone(),
+        next_id: AtomicU64::new(0),
+        violations: Mutex::new(Vec::new()),
+        checks: AtomicU64::new(0),
+        progress: AtomicU64::new(0),
+    });
+    owner.shared.set(Arc::downgrade(&sh)).ok().unwrap();
+    sh.za.set_migrator(Some(owner.clone()));
+    sh
 }
 
 fn step(x: &mut u64) -> u64 {
@@ -215,26 +262,8 @@ fn compaction_beside_allocating_and_freeing_threads_keeps_the_ledger_exact() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1u64);
     let ops = BASE_OPS * scale;
-    let owner = Arc::new(Owner {
-        table: Mutex::new(Table::default()),
-        shared: std::sync::OnceLock::new(),
-    });
-    let sh = Arc::new(Shared {
-        za: ZoneAllocator::new(Config {
-            nr_cpus: WORKERS,
-            min_free_kbytes: Some(0),
-            ..Config::single_zone(ZoneType::Normal, Pfn(0), FRAMES)
-        })
-        .unwrap(),
-        ledger: (0..FRAMES).map(|_| AtomicU64::new(0)).collect(),
-        owner: owner.clone(),
-        next_id: AtomicU64::new(0),
-        violations: Mutex::new(Vec::new()),
-        checks: AtomicU64::new(0),
-        progress: AtomicU64::new(0),
-    });
-    owner.shared.set(Arc::downgrade(&sh)).ok().unwrap();
-    sh.za.set_migrator(Some(owner.clone()));
+    let owner = Arc::new(Owner::new(None));
+    let sh = new_shared(&owner, WORKERS);
     sh.za.set_compaction_proactiveness(90).unwrap();
     let id = sh.za.zone_id_of(Pfn(0)).unwrap();
     let done = AtomicBool::new(false);
@@ -519,4 +548,148 @@ fn movable_vmalloc_beside_compaction_loses_no_frame() {
         vm.check_invariants().unwrap();
     }
     settled(&za);
+}
+
+/// Unmovable traffic through a `LocalCache` on CPU `cpu`, ledger kept.
+fn cache_worker(sh: &Shared, cpu: usize, seed: u64, ops: u64) {
+    let mut rng = seed;
+    let mut cache = sh.za.local_cache_on(cpu, Gfp::KERNEL).unwrap();
+    let mut held: Vec<(u64, Pfn, Order)> = Vec::new();
+    for _ in 0..ops {
+        sh.progress.fetch_add(1, Ordering::Relaxed);
+        let r = step(&mut rng);
+        if r % 100 < 55 || held.is_empty() {
+            let order = Order(((r >> 8) % 3) as u8);
+            let Ok(p) = cache.alloc(order) else { continue };
+            let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+            sh.claim(p, order, id);
+            held.push((id, p, order));
+        } else {
+            let (id, p, order) = held.swap_remove((r >> 8) as usize % held.len());
+            sh.release(p, order, id);
+            if let Err(e) = cache.free(p, order) {
+                sh.violation(format!("cache free of {p}: {e}"));
+            }
+        }
+    }
+    for (id, p, order) in held {
+        sh.release(p, order, id);
+        if let Err(e) = cache.free(p, order) {
+            sh.violation(format!("final cache free of {p}: {e}"));
+        }
+    }
+}
+
+/// Unmovable traffic through `PageBlock` guards, ledger kept.
+fn guard_worker(sh: &Shared, seed: u64, ops: u64) {
+    let mut rng = seed;
+    let mut held: Vec<(u64, PageBlock<'_, AbstractFrames>)> = Vec::new();
+    for _ in 0..ops {
+        sh.progress.fetch_add(1, Ordering::Relaxed);
+        let r = step(&mut rng);
+        if r % 100 < 55 || held.is_empty() {
+            let order = Order(((r >> 8) % 4) as u8);
+            let Ok(g) = sh.za.alloc_block(Gfp::KERNEL, order) else {
+                continue;
+            };
+            let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+            sh.claim(g.pfn(), order, id);
+            held.push((id, g));
+        } else {
+            let (id, g) = held.swap_remove((r >> 8) as usize % held.len());
+            sh.release(g.pfn(), g.order(), id);
+            drop(g);
+        }
+    }
+    for (id, g) in held {
+        sh.release(g.pfn(), g.order(), id);
+    }
+}
+
+#[test]
+fn a_panicking_owner_beside_raw_cache_and_guard_traffic_loses_no_frame() {
+    let scale = std::env::var("ZONEALLOC_STRESS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1u64);
+    let ops = BASE_OPS / 2 * scale;
+    let owner = Arc::new(Owner::new(Some(20)));
+    let sh = new_shared(&owner, 4);
+    sh.za.set_compaction_proactiveness(90).unwrap();
+    let id = sh.za.zone_id_of(Pfn(0)).unwrap();
+    let done = AtomicBool::new(false);
+    let mut runs = 0u64;
+    thread::scope(|s| {
+        let sh = &sh;
+        let workers = vec![
+            s.spawn(move || worker(sh, 0, 0xfeed, ops)),
+            s.spawn(move || worker(sh, 1, 0xbeef, ops)),
+            s.spawn(move || cache_worker(sh, 2, 0xcafe, ops)),
+            s.spawn(move || guard_worker(sh, 0xf00d, ops)),
+        ];
+        let compactor = s.spawn(|| {
+            let mut n = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                let order = if n.is_multiple_of(3) {
+                    None
+                } else {
+                    Some(Order(9))
+                };
+                match sh.za.compact_zone(id, order, &*owner) {
+                    Ok(_) | Err(CompactError::OwnerPanicked) => {}
+                    Err(e) => sh.violation(format!("compact_zone: {e}")),
+                }
+                sh.za.proactive_compact_node(0);
+                n += 1;
+                let until = sh.progress.load(Ordering::Relaxed) + 500;
+                while sh.progress.load(Ordering::Relaxed) < until && !done.load(Ordering::Relaxed) {
+                    thread::yield_now();
+                }
+            }
+            n
+        });
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        runs = compactor.join().unwrap();
+    });
+    sh.za.set_migrator(None);
+    sh.za.drain_all_pages();
+    let violations = sh.violations.lock().unwrap().clone();
+    let stats = sh.za.compaction_stats();
+    let report = sh.za.check_invariants().unwrap();
+    let owned = sh.owned();
+    let panics = owner.panics.load(Ordering::Relaxed);
+    println!(
+        "panicking-owner stress: 4 workers (2 raw, 1 cache, 1 guard) x {ops} ops, {runs} compaction \
+         runs; {panics} of {} callbacks panicked, {} pages moved, {} refused; {} ledger checks, \
+         violations {}",
+        owner.calls.load(Ordering::Relaxed),
+        stats.pgmigrate_success,
+        stats.pgmigrate_fail,
+        sh.checks.load(Ordering::Relaxed),
+        violations.len()
+    );
+    assert!(violations.is_empty(), "{violations:#?}");
+    assert_eq!(report.allocated_pages, owned, "validator vs ledger");
+    assert_eq!(
+        sh.za.nr_free_pages() + owned,
+        sh.za.managed_pages(),
+        "frames lost"
+    );
+    assert!(panics > 0, "no callback panicked: the test proved nothing");
+    assert!(stats.pgmigrate_success > 0, "nothing was moved");
+    let mut t = owner.table.lock().unwrap();
+    for (bid, (p, order)) in t.by_id.drain() {
+        assert_eq!(
+            sh.za.frame_state(p),
+            Some(FrameState::Allocated { order, refcount: 1 }),
+            "block {bid}"
+        );
+        sh.release(p, order, bid);
+        sh.za.free_pages(p, order).unwrap();
+    }
+    drop(t);
+    settled(&sh.za);
 }
