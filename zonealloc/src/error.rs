@@ -65,8 +65,9 @@ pub enum FreeError {
     },
     /// The order is above the configured `max_order`.
     InvalidOrder(Order),
-    /// The frame is owned by a layer that frees it itself (a page_frag cache, vmalloc)
-    /// or is in a state the call cannot accept (e.g. `split_page` of a split page).
+    /// The frame is owned by a layer that frees it itself (a page_frag cache, a live
+    /// vmalloc area: every raw path refuses their blocks) or is in a state the call
+    /// cannot accept (e.g. `split_page` of a split page).
     Busy(Pfn),
     /// The reference count would overflow.
     RefcountOverflow(Pfn),

@@ -72,6 +72,16 @@ impl Migration<'_> {
 /// Breaking the contract can corrupt only the owner's data: the allocator's own
 /// state (every frame free exactly once or owned exactly once) holds whatever the
 /// callback does.
+///
+/// # Panics and re-entry
+/// A callback that panics is taken as `Refused` (with `std` the allocator catches
+/// the unwind after the panic hook has reported it): the block stays where it was,
+/// the target goes back, the run ends, and `compact_zone`/`compact_node` answer
+/// `CompactError::OwnerPanicked`; direct compaction stops calling the owner for
+/// that allocation. Without `std` nothing can catch it: build with
+/// `panic = "abort"`, as kernels do. A callback may call the allocator (allocate,
+/// free, take references); explicit compaction of a zone being compacted answers
+/// `CompactError::Reentered`, since it would wait on the callback's own run.
 pub trait Migrate: Send + Sync {
     /// Switches the owner's references from `old` to `new` (blocks of `2^order`
     /// frames), after the contents were copied; `Refused` to keep the block where it

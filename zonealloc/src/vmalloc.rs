@@ -311,8 +311,10 @@ pub enum VmallocError {
     /// `new_mapped` on an arena without a memfd (see `ArenaOptions::memfd`), or the
     /// address range could not be reserved.
     NotMappable,
-    /// `vfree` found frames of the area freed behind its back. The area is gone
-    /// and every frame still owned was freed; the first refusal is reported.
+    /// `vfree` found frames of the area that were not its own any more (no public
+    /// call can free them behind its back: they carry vmalloc's owner mark). The
+    /// area is gone and every frame still owned was freed; the first refusal is
+    /// reported.
     PageFree {
         /// The area's address.
         addr: usize,
@@ -728,8 +730,10 @@ impl<B: Backend> VmallocSpace<'_, B> {
     /// `UnknownAddress` if no live area starts at `addr` (a second `vfree`, an
     /// address inside an area, a stranger); `WrongKind` for a `vmap` or
     /// `vm_map_ram` area; nothing changes then. `MapFailed` if unmapping failed
-    /// (the area stays live). `PageFree` if some frame of the area had been freed
-    /// behind the space's back (the area is gone, every frame still owned freed).
+    /// (the area stays live). `PageFree` if some frame of the area was not the
+    /// area's any more (the area is gone, every frame still owned freed); the
+    /// public API cannot bring that about, since every raw path refuses an area's
+    /// pages (`FreeError::Busy`).
     ///
     /// # Examples
     /// ```
@@ -1682,7 +1686,7 @@ impl<B: Backend> Drop for VmallocSpace<'_, B> {
         let busy = core::mem::take(&mut self.kva.lock().busy);
         for b in busy.into_values() {
             if b.area.kind == AreaKind::Vmalloc {
-                // A page freed behind the space's back (`vfree` would report
+                // A page that is not the area's any more (`vfree` would report
                 // `PageFree`) is refused and the others freed; a drop has no one to
                 // report it to.
                 let _ = self.free_page_array(&b.area.pages);
