@@ -88,7 +88,10 @@ struct Table {
 impl Migrate for Owner {
     fn migrate(&self, m: &Migration<'_>) -> MigrateOutcome {
         let mut call = self.calls.fetch_add(1, Ordering::Relaxed);
-        if self.panic_one_in.is_some_and(|n| step(&mut call) % n == 0) {
+        if self
+            .panic_one_in
+            .is_some_and(|n| step(&mut call).is_multiple_of(n))
+        {
             self.panics.fetch_add(1, Ordering::Relaxed);
             induced_panic();
         }

@@ -715,7 +715,10 @@ fn a_vmalloc_page_cannot_be_freed_behind_the_spaces_back() {
     let vm = VmallocSpace::new(&za, VmallocConfig::default()).unwrap();
     let area = vm.vmalloc(2 * 4096).unwrap();
     let stolen = area.pages()[0];
-    assert_eq!(za.free_pages(stolen, Order(0)), Err(FreeError::Busy(stolen)));
+    assert_eq!(
+        za.free_pages(stolen, Order(0)),
+        Err(FreeError::Busy(stolen))
+    );
     drop(vm); // frees both of the area's pages
     settled(&za);
 }

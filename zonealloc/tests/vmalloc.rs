@@ -729,7 +729,10 @@ fn frames_cannot_be_freed_behind_vfrees_back() {
         let vm = VmallocSpace::new(&za, cfg).unwrap();
         let a = vm.vmalloc(8 * PAGE).unwrap();
         let stolen = a.pages()[3];
-        assert_eq!(za.free_pages(stolen, Order(0)), Err(FreeError::Busy(stolen)));
+        assert_eq!(
+            za.free_pages(stolen, Order(0)),
+            Err(FreeError::Busy(stolen))
+        );
         assert_eq!(vm.vfree(a.addr()), Ok(()));
         // The area is gone and every frame came back.
         assert!(vm.area(a.addr()).is_none());
