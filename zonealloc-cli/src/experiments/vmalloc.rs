@@ -38,8 +38,8 @@
 use std::time::Instant;
 
 use zonealloc::{
-    ArenaOptions, Backend, Config, Gfp, Order, PageBlock, Pfn, VfreeMode, VmArea, VmallocConfig,
-    VmallocSpace, ZoneAllocator, ZoneType,
+    ArenaOptions, Backend, Config, Gfp, Pfn, VfreeMode, VmArea, VmallocConfig, VmallocSpace,
+    ZoneAllocator, ZoneType,
 };
 
 use super::seed_util::{first_cpu, on_cpu, round_speedups, Rng};
@@ -435,18 +435,16 @@ fn seed_layout(mode: &str, rows: &[Row]) -> String {
 // -----------------------------------------------------------------------------
 
 /// The test's one-byte write to page 0 of an area: lands in the frame (nothing
-/// happens on abstract frames). The area owns the page; the guard is released
-/// without freeing.
+/// happens on abstract frames). An area's pages are vmalloc's alone (no guard can
+/// be put over them), so the byte is written at the frame's address.
 #[allow(unsafe_code)]
 fn touch<B: Backend>(za: &ZoneAllocator<B>, pfn: Pfn) {
-    // SAFETY: the area owns the page's one reference, lent to the guard for this
-    // call, and nothing else reads or writes the page meanwhile.
-    let mut page = unsafe { PageBlock::from_raw(za, pfn, Order(0)) }
-        .expect("an area's page is an allocated order-0 page");
-    if let Some(b) = page.bytes_mut() {
-        b[0] = 0;
+    if let Some(p) = za.page_address(pfn) {
+        // SAFETY: the backend maps a whole page at each frame's address (the
+        // `Backend` contract); the page belongs to the caller (an area of its own,
+        // or pages it allocated) and nothing else reads or writes it meanwhile.
+        unsafe { p.as_ptr().write(0) };
     }
-    let _ = page.into_raw();
 }
 
 fn alloc(vm: &VmallocSpace<'_, impl Backend>, pages: usize) -> VmArea {
