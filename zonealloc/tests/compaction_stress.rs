@@ -657,6 +657,36 @@ fn a_panicking_owner_beside_raw_cache_and_guard_traffic_loses_no_frame() {
         done.store(true, Ordering::Relaxed);
         runs = compactor.join().unwrap();
     });
+    // However the threads interleaved, the owner is called now: it is given every
+    // fourth page of the memory left, the rest freed, and the zone compacted
+    // until a callback has panicked (each panics one time in 20).
+    let mut rest = Vec::new();
+    while let Ok(p) = sh
+        .za
+        .alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NORETRY, Order(0))
+    {
+        rest.push(p);
+    }
+    for p in rest {
+        if p.0 % 4 != 0 {
+            sh.za.free_pages(p, Order(0)).unwrap();
+            continue;
+        }
+        let bid = sh.next_id.fetch_add(1, Ordering::Relaxed);
+        sh.claim(p, Order(0), bid);
+        let mut t = owner.table.lock().unwrap();
+        t.by_id.insert(bid, (p, Order(0)));
+        t.by_pfn.insert(p.0, bid);
+    }
+    for _ in 0..200 {
+        if owner.panics.load(Ordering::Relaxed) > 0 {
+            break;
+        }
+        match sh.za.compact_zone(id, None, &*owner) {
+            Ok(_) | Err(CompactError::OwnerPanicked) => {}
+            Err(e) => sh.violation(format!("compact_zone: {e}")),
+        }
+    }
     sh.za.set_migrator(None);
     sh.za.drain_all_pages();
     let violations = sh.violations.lock().unwrap().clone();
