@@ -11,6 +11,10 @@ use crate::types::Pfn;
 
 /// What stands behind the frames. Called without any allocator lock held.
 ///
+/// Unlike a `Migrate` callback or a `Config::cpu_id` hook, a backend's calls are
+/// not guarded against unwinding (they sit on the allocation and free paths, with
+/// a block in hand): its methods must not panic, or that block is lost.
+///
 /// # Safety
 /// If `page_address` and `page_size` return `Some`, the address of each frame must
 /// point at `page_size` bytes valid for reads and writes for as long as the backend
