@@ -105,13 +105,6 @@ pub const VMAP_MAX_ALLOC: usize = 64;
 /// time spent with preemption off the same way).
 pub const VMALLOC_BULK_MAX: usize = 100;
 
-/// Waits (`sync::backoff` rounds: spins, then yields) for compaction to let go of
-/// a fresh block it isolated before the block is split.
-const SPLIT_WAIT_SPINS: u32 = 4096;
-/// Blocks still isolated after that wait that the one-block-at-a-time step gives
-/// back and tries again with another before it fails.
-const SPLIT_BUSY_RETRIES: u32 = 8;
-
 /// `VMALLOC_START` of x86-64 with 4-level page tables.
 const DEFAULT_START: usize = if usize::BITS >= 64 {
     0xffff_c900_0000_0000_u64 as usize
@@ -833,25 +826,13 @@ impl<B: Backend> VmallocSpace<'_, B> {
         let inject = || za.debug.faults.should_fail(FaultSite::VmallocBacking);
         let mut pages: Vec<Pfn> = Vec::with_capacity(nr as usize);
         // Appends the 2^order pages of a block just allocated, split to order 0.
-        // With a movable `gfp`, compaction may have isolated the fresh block
-        // already: `split_page` answers `Busy` until it puts the block back, which
-        // is waited for a while. A block still busy then is given back (compaction
-        // frees it when it lets go) and counts as a failure at this order.
+        // The block is vmalloc's from its allocation on (`Head::VMALLOC`): nothing
+        // else may change it and compaction never isolates it, so the split cannot
+        // be refused; were it ever, the block goes back and this order fails.
         let take = |pages: &mut Vec<Pfn>, p: Pfn, order: Order| -> bool {
-            if order.0 > 0 {
-                let mut spins = 0;
-                let split = loop {
-                    match za.split_page_by(p, order, Holder::Vmalloc) {
-                        Err(FreeError::Busy(_)) if spins < SPLIT_WAIT_SPINS => {
-                            crate::sync::backoff(&mut spins);
-                        }
-                        r => break r,
-                    }
-                };
-                if split.is_err() {
-                    let _ = za.free_pages_by(za.current_cpu(), p, order, Holder::Vmalloc);
-                    return false;
-                }
+            if order.0 > 0 && za.split_page_by(p, order, Holder::Vmalloc).is_err() {
+                let _ = za.free_pages_by(za.current_cpu(), p, order, Holder::Vmalloc);
+                return false;
             }
             pages.extend((0..order.nr_pages()).map(|i| p.add(i)));
             true
@@ -908,9 +889,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
                 }
             }
         }
-        // 3. One block of `page_order` at a time; a block compaction held too long
-        // to split is tried again with another, a few times.
-        let mut busy = 0;
+        // 3. One block of `page_order` at a time.
         while (pages.len() as u64) < nr {
             let got = if inject() {
                 None
@@ -920,7 +899,6 @@ impl<B: Backend> VmallocSpace<'_, B> {
             };
             match got {
                 Some(p) if take(&mut pages, p, page_order) => {}
-                Some(_) if busy < SPLIT_BUSY_RETRIES => busy += 1,
                 _ => {
                     // As in `vmalloc_pages`: the shortage is the error to report.
                     let _ = self.free_page_array(&pages);

@@ -154,6 +154,21 @@ impl Shared {
         }
     }
 
+    /// The end-of-run checks (per-CPU lists drained): no violation, the
+    /// validator's allocated pages are the ledger's, free + owned = managed.
+    #[track_caller]
+    fn assert_exact(&self, report: &InvariantReport) {
+        let violations = self.violations.lock().unwrap();
+        assert!(violations.is_empty(), "{violations:#?}");
+        let owned = self.owned();
+        assert_eq!(report.allocated_pages, owned, "validator vs ledger");
+        assert_eq!(
+            self.za.nr_free_pages() + owned,
+            self.za.managed_pages(),
+            "frames lost"
+        );
+    }
+
     fn owned(&self) -> u64 {
         self.ledger
             .iter()
@@ -182,6 +197,60 @@ fn new_shared(owner: &Arc<Owner>, cpus: usize) -> Arc<Shared> {
     owner.shared.set(Arc::downgrade(&sh)).ok().unwrap();
     sh.za.set_migrator(Some(owner.clone()));
     sh
+}
+
+/// `base` operations times `ZONEALLOC_STRESS_SCALE` (default 1).
+fn scaled(base: u64) -> u64 {
+    let scale = std::env::var("ZONEALLOC_STRESS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1u64);
+    base * scale
+}
+
+/// A worker thread's body.
+type Worker<'a> = Box<dyn FnOnce() + Send + 'a>;
+
+/// Runs `workers` to their end while one more thread compacts the zone through
+/// the owner (the whole zone every third run, else for order 9) and proactively,
+/// then leaves it to the workers' direct compaction for 500 of their operations.
+/// Returns the compaction runs. An answer of `compact_zone` other than `Ok` (or
+/// `OwnerPanicked`, for an owner that panics) is a violation.
+fn beside_compaction(sh: &Shared, workers: Vec<Worker<'_>>) -> u64 {
+    sh.za.set_compaction_proactiveness(90).unwrap();
+    let id = sh.za.zone_id_of(Pfn(0)).unwrap();
+    let panics = sh.owner.panic_one_in.is_some();
+    let done = AtomicBool::new(false);
+    thread::scope(|s| {
+        let workers: Vec<_> = workers.into_iter().map(|w| s.spawn(w)).collect();
+        let compactor = s.spawn(|| {
+            let mut n = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                let order = if n.is_multiple_of(3) {
+                    None
+                } else {
+                    Some(Order(9))
+                };
+                match sh.za.compact_zone(id, order, &*sh.owner) {
+                    Ok(_) => {}
+                    Err(CompactError::OwnerPanicked) if panics => {}
+                    Err(e) => sh.violation(format!("compact_zone: {e}")),
+                }
+                sh.za.proactive_compact_node(0);
+                n += 1;
+                let until = sh.progress.load(Ordering::Relaxed) + 500;
+                while sh.progress.load(Ordering::Relaxed) < until && !done.load(Ordering::Relaxed) {
+                    thread::yield_now();
+                }
+            }
+            n
+        });
+        for w in workers {
+            w.join().unwrap();
+        }
+        done.store(true, Ordering::Relaxed);
+        compactor.join().unwrap()
+    })
 }
 
 fn step(x: &mut u64) -> u64 {
@@ -260,51 +329,17 @@ fn worker(sh: &Shared, cpu: usize, seed: u64, ops: u64) {
 
 #[test]
 fn compaction_beside_allocating_and_freeing_threads_keeps_the_ledger_exact() {
-    let scale = std::env::var("ZONEALLOC_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1u64);
-    let ops = BASE_OPS * scale;
+    let ops = scaled(BASE_OPS);
     let owner = Arc::new(Owner::new(None));
     let sh = new_shared(&owner, WORKERS);
-    sh.za.set_compaction_proactiveness(90).unwrap();
     let id = sh.za.zone_id_of(Pfn(0)).unwrap();
-    let done = AtomicBool::new(false);
-    let mut runs = 0u64;
-    thread::scope(|s| {
-        let workers: Vec<_> = (0..WORKERS)
-            .map(|cpu| {
-                let sh = &sh;
-                s.spawn(move || worker(sh, cpu, 0x5eed + cpu as u64, ops))
-            })
-            .collect();
-        let compactor = s.spawn(|| {
-            let mut n = 0u64;
-            let mut k = 0u64;
-            while !done.load(Ordering::Relaxed) {
-                k += 1;
-                let order = if k.is_multiple_of(3) {
-                    None
-                } else {
-                    Some(Order(9))
-                };
-                sh.za.compact_zone(id, order, &*owner).unwrap();
-                sh.za.proactive_compact_node(0);
-                n += 1;
-                // Leave the zone to the workers' direct compaction for a while.
-                let until = sh.progress.load(Ordering::Relaxed) + 500;
-                while sh.progress.load(Ordering::Relaxed) < until && !done.load(Ordering::Relaxed) {
-                    thread::yield_now();
-                }
-            }
-            n
-        });
-        for w in workers {
-            w.join().unwrap();
-        }
-        done.store(true, Ordering::Relaxed);
-        runs = compactor.join().unwrap();
-    });
+    let workers: Vec<Worker<'_>> = (0..WORKERS)
+        .map(|cpu| {
+            let sh = &sh;
+            Box::new(move || worker(sh, cpu, 0x5eed + cpu as u64, ops)) as Worker<'_>
+        })
+        .collect();
+    let runs = beside_compaction(&sh, workers);
     // One more run with the workers gone: it must still leave the ledger exact.
     sh.za.compact_zone(id, None, &*owner).unwrap();
     sh.za.drain_all_pages();
@@ -337,13 +372,7 @@ fn compaction_beside_allocating_and_freeing_threads_keeps_the_ledger_exact() {
         sh.checks.load(Ordering::Relaxed),
         violations.len()
     );
-    assert!(violations.is_empty(), "{violations:#?}");
-    assert_eq!(report.allocated_pages, owned, "validator vs ledger");
-    assert_eq!(
-        sh.za.nr_free_pages() + owned,
-        sh.za.managed_pages(),
-        "frames lost"
-    );
+    sh.assert_exact(&report);
     assert!(
         stats.pgmigrate_success > 0,
         "nothing was moved: the test proved nothing"
@@ -611,52 +640,20 @@ fn guard_worker(sh: &Shared, seed: u64, ops: u64) {
 
 #[test]
 fn a_panicking_owner_beside_raw_cache_and_guard_traffic_loses_no_frame() {
-    let scale = std::env::var("ZONEALLOC_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1u64);
-    let ops = BASE_OPS / 2 * scale;
+    let ops = scaled(BASE_OPS / 2);
     let owner = Arc::new(Owner::new(Some(20)));
     let sh = new_shared(&owner, 4);
-    sh.za.set_compaction_proactiveness(90).unwrap();
     let id = sh.za.zone_id_of(Pfn(0)).unwrap();
-    let done = AtomicBool::new(false);
-    let mut runs = 0u64;
-    thread::scope(|s| {
+    let runs = {
         let sh = &sh;
-        let workers = vec![
-            s.spawn(move || worker(sh, 0, 0xfeed, ops)),
-            s.spawn(move || worker(sh, 1, 0xbeef, ops)),
-            s.spawn(move || cache_worker(sh, 2, 0xcafe, ops)),
-            s.spawn(move || guard_worker(sh, 0xf00d, ops)),
+        let workers: Vec<Worker<'_>> = vec![
+            Box::new(move || worker(sh, 0, 0xfeed, ops)),
+            Box::new(move || worker(sh, 1, 0xbeef, ops)),
+            Box::new(move || cache_worker(sh, 2, 0xcafe, ops)),
+            Box::new(move || guard_worker(sh, 0xf00d, ops)),
         ];
-        let compactor = s.spawn(|| {
-            let mut n = 0u64;
-            while !done.load(Ordering::Relaxed) {
-                let order = if n.is_multiple_of(3) {
-                    None
-                } else {
-                    Some(Order(9))
-                };
-                match sh.za.compact_zone(id, order, &*owner) {
-                    Ok(_) | Err(CompactError::OwnerPanicked) => {}
-                    Err(e) => sh.violation(format!("compact_zone: {e}")),
-                }
-                sh.za.proactive_compact_node(0);
-                n += 1;
-                let until = sh.progress.load(Ordering::Relaxed) + 500;
-                while sh.progress.load(Ordering::Relaxed) < until && !done.load(Ordering::Relaxed) {
-                    thread::yield_now();
-                }
-            }
-            n
-        });
-        for w in workers {
-            w.join().unwrap();
-        }
-        done.store(true, Ordering::Relaxed);
-        runs = compactor.join().unwrap();
-    });
+        beside_compaction(sh, workers)
+    };
     // However the threads interleaved, the owner is called now: it is given every
     // fourth page of the memory left, the rest freed, and the zone compacted
     // until a callback has panicked (each panics one time in 20).
@@ -692,7 +689,6 @@ fn a_panicking_owner_beside_raw_cache_and_guard_traffic_loses_no_frame() {
     let violations = sh.violations.lock().unwrap().clone();
     let stats = sh.za.compaction_stats();
     let report = sh.za.check_invariants().unwrap();
-    let owned = sh.owned();
     let panics = owner.panics.load(Ordering::Relaxed);
     println!(
         "panicking-owner stress: 4 workers (2 raw, 1 cache, 1 guard) x {ops} ops, {runs} compaction \
@@ -704,13 +700,7 @@ fn a_panicking_owner_beside_raw_cache_and_guard_traffic_loses_no_frame() {
         sh.checks.load(Ordering::Relaxed),
         violations.len()
     );
-    assert!(violations.is_empty(), "{violations:#?}");
-    assert_eq!(report.allocated_pages, owned, "validator vs ledger");
-    assert_eq!(
-        sh.za.nr_free_pages() + owned,
-        sh.za.managed_pages(),
-        "frames lost"
-    );
+    sh.assert_exact(&report);
     assert!(panics > 0, "no callback panicked: the test proved nothing");
     assert!(stats.pgmigrate_success > 0, "nothing was moved");
     let mut t = owner.table.lock().unwrap();
