@@ -124,7 +124,7 @@ impl Experiment for Replay {
     }
 }
 
-/// `$ZONEALLOC_TRACE`, else the trace beside the repository, else under `/work`.
+/// `$ZONEALLOC_TRACE`, else the trace in the `shared/` folder beside the checkout.
 fn trace_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("ZONEALLOC_TRACE") {
         return Some(PathBuf::from(p));
@@ -132,9 +132,7 @@ fn trace_path() -> Option<PathBuf> {
     let beside = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .join(TRACE_NAME);
-    [beside, Path::new("/work").join(TRACE_NAME)]
-        .into_iter()
-        .find(|p| p.is_file())
+    beside.is_file().then_some(beside)
 }
 
 // -----------------------------------------------------------------------------
