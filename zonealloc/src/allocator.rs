@@ -788,18 +788,10 @@ impl<B: Backend> ZoneAllocator<B> {
                 }
                 return Err(self.classify(z, pfn, w));
             }
-            // A guarded block answers to its guard alone, and a guard only to it; a
-            // page_frag cache's block answers to the fragment paths alone.
-            if (w.flags() & FLAG_GUARDED != 0) != (by == Holder::Guard) {
-                return Err(FreeError::Guarded(pfn));
-            }
-            if w.flags() & FLAG_FRAG != 0 && by != Holder::Frag {
-                return Err(FreeError::Busy(pfn));
-            }
-            // A vmalloc area's page answers to vmalloc alone, and vmalloc only to
-            // its own pages.
-            if (w.flags() & FLAG_VMALLOC != 0) != (by == Holder::Vmalloc) {
-                return Err(FreeError::Busy(pfn));
+            // The common case, one test: a block no layer owns, changed by the raw
+            // API.
+            if w.flags() & OWNER_FLAGS != 0 || by != Holder::Raw {
+                owner_check(w, by, pfn)?;
             }
             let new = f(w)?;
             match z.frames.cas_word(idx, w, new) {
@@ -1169,6 +1161,28 @@ impl<B: Backend> ZoneAllocator<B> {
             .iter()
             .map(|z| (z.id, Pfn(z.start_pfn), z.spanned, z.present))
     }
+}
+
+/// The head flags that name a block's owner (a guard, a page_frag cache, a
+/// vmalloc area): a block carrying one answers to that owner alone.
+const OWNER_FLAGS: u8 = FLAG_GUARDED | FLAG_FRAG | FLAG_VMALLOC;
+
+/// Whether `by` may change the allocated head word `w` (of the block at `pfn`):
+/// a guarded block answers to its guard alone and a guard only to it; a page_frag
+/// cache's block answers to the fragment paths alone; a vmalloc area's page
+/// answers to vmalloc alone, and vmalloc only to its own pages.
+#[inline]
+fn owner_check(w: Word, by: Holder, pfn: Pfn) -> Result<(), FreeError> {
+    if (w.flags() & FLAG_GUARDED != 0) != (by == Holder::Guard) {
+        return Err(FreeError::Guarded(pfn));
+    }
+    if w.flags() & FLAG_FRAG != 0 && by != Holder::Frag {
+        return Err(FreeError::Busy(pfn));
+    }
+    if (w.flags() & FLAG_VMALLOC != 0) != (by == Holder::Vmalloc) {
+        return Err(FreeError::Busy(pfn));
+    }
+    Ok(())
 }
 
 /// Who changes a block's head word: a caller of the raw pfn API, or the `PageBlock`
