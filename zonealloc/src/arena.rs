@@ -53,8 +53,8 @@ pub struct ArenaOptions {
     pub populate: bool,
     /// Back the frames with a memfd mapped `MAP_SHARED` instead of anonymous private
     /// memory, so they can also be mapped elsewhere (vmalloc's contiguous views,
-    /// `VmallocSpace::new_mapped`). Linux only. See the module documentation for
-    /// the transparent-huge-page caveat of shmem.
+    /// `VmallocSpace::new_mapped`). Linux only. See the [module
+    /// documentation](crate::arena) for the transparent-huge-page caveat of shmem.
     pub memfd: bool,
 }
 

@@ -84,7 +84,7 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// `free_contig_range()`: drops one reference on each order-0 page of
     /// `[pfn, pfn + nr)`; the pages that reach zero are freed as the largest
-    /// naturally aligned blocks (see the module documentation).
+    /// naturally aligned blocks (see the [module documentation](crate::contig)).
     ///
     /// # Errors
     /// If the range leaves its zone, or any page of it is not an allocated order-0

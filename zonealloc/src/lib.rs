@@ -38,19 +38,23 @@
 //!
 //! # The public API by task
 //!
-//! | task | calls | module |
+//! | task | calls | where it is documented |
 //! |---|---|---|
-//! | build | `ZoneAllocator::new`, `with_arena`, `with_backend`, `Config`, `Config::validate`, `setup_watermarks` | `allocator`, `config` |
-//! | allocate | `alloc_pages`, `alloc_pages_on`, `alloc_pages_node`, `alloc_block` (a `PageBlock` guard) | `allocator`, `owned` |
-//! | the fast path, owner-local | `local_cache`, `local_cache_on`, `LocalCache::alloc`, `free`, `flush` | `local` |
-//! | free and references | `free_pages`, `free_pages_on`, `put_page`, `get_page`, `page_count`, `split_page`, `block_of` | `allocator` |
-//! | contiguous and bulk | `free_contig_range`, `free_pages_bulk`, `alloc_pages_bulk`, `alloc_contig_range`, `alloc_contig_pages` | `contig` |
-//! | compaction | `set_migrator` (a `Migrate` owner), `compact_zone`, `compact_node`, `proactive_compact_node`, `fragmentation_score`, `set_extfrag_threshold`, `set_compaction_proactiveness`, `compaction_stats` | `compaction`, `migrate`, `migrator` |
-//! | fragments | `PageFragCache::alloc`, `drain`, `ZoneAllocator::page_frag_free` | `page_frag` |
-//! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | `vmalloc` |
-//! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | `allocator` |
-//! | statistics | `buddyinfo`, `pagetypeinfo`, `zoneinfo`, `vmstat`, `free_counts`, `zone_events`, `pcp_stats`, `extfrag_index`, `unusable_index`, `watermarks`, `zones`, `frame_state`, `managed_pages`, `nr_free_pages` | `stats`, `allocator` |
-//! | debugging | `check_invariants`, `state_digest`, `pagetypeinfo_walked`, `inject_faults`, `faults_injected`, `bad_page_reports` | `check`, `stats`, `allocator` |
+//! | build | `ZoneAllocator::new`, `with_arena`, `with_backend`, `Config`, `Config::validate`, `setup_watermarks` | [`ZoneAllocator`], [`Config`] |
+//! | allocate | `alloc_pages`, `alloc_pages_on`, `alloc_pages_node`, `alloc_block` (a `PageBlock` guard) | [`ZoneAllocator::alloc_pages`], [`PageBlock`] |
+//! | the fast path, owner-local | `local_cache`, `local_cache_on`, `LocalCache::alloc`, `free`, `flush` | [`local`] |
+//! | free and references | `free_pages`, `free_pages_on`, `put_page`, `get_page`, `page_count`, `split_page`, `block_of` | [`ZoneAllocator::free_pages`] |
+//! | contiguous and bulk | `free_contig_range`, `free_pages_bulk`, `alloc_pages_bulk`, `alloc_contig_range`, `alloc_contig_pages` | [`contig`] |
+//! | compaction | `set_migrator` (a `Migrate` owner), `compact_zone`, `compact_node`, `proactive_compact_node`, `fragmentation_score`, `set_extfrag_threshold`, `set_compaction_proactiveness`, `compaction_stats` | [`compaction`], [`migrate`], [`Migrate`] |
+//! | fragments | `PageFragCache::alloc`, `drain`, `ZoneAllocator::page_frag_free` | [`page_frag`] |
+//! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | [`vmalloc`] |
+//! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | [`ZoneAllocator::drain_all_pages`] |
+//! | statistics | `buddyinfo`, `pagetypeinfo`, `zoneinfo`, `vmstat`, `free_counts`, `zone_events`, `pcp_stats`, `extfrag_index`, `unusable_index`, `watermarks`, `zones`, `frame_state`, `managed_pages`, `nr_free_pages` | [`ZoneAllocator::buddyinfo`], [`ZoneInfo`], [`VmStat`] |
+//! | debugging | `check_invariants`, `state_digest`, `pagetypeinfo_walked`, `inject_faults`, `faults_injected`, `bad_page_reports` | [`ZoneAllocator::check_invariants`], [`InvariantReport`] |
+//!
+//! The modules with pages of their own are those a user reads about: [`arena`],
+//! [`local`], [`contig`], [`compaction`], [`migrate`], [`page_frag`] and [`vmalloc`];
+//! the others are internal, and their public types are re-exported here.
 //!
 //! # Layers, one module each, following the allocation path
 //!
@@ -95,14 +99,14 @@ extern crate std;
 
 mod allocator;
 #[cfg(feature = "std")]
-mod arena;
+pub mod arena;
 mod backend;
 mod buddy;
 mod check;
 mod compact_state;
-mod compaction;
+pub mod compaction;
 mod config;
-mod contig;
+pub mod contig;
 mod counter;
 mod debug;
 mod error;
@@ -112,19 +116,19 @@ mod frame;
 mod gfp;
 mod hook;
 mod isolate;
-mod local;
-mod migrate;
+pub mod local;
+pub mod migrate;
 mod migrator;
 #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
 mod os;
 mod owned;
-mod page_frag;
+pub mod page_frag;
 mod pageblock;
 mod pcp;
 mod stats;
 mod sync;
 mod types;
-mod vmalloc;
+pub mod vmalloc;
 mod vmap_tree;
 mod zone;
 

@@ -92,8 +92,8 @@ pub const LOCAL_CACHE_MAX_BATCHES: usize = 8;
 const MIN_BATCHES: u8 = 2;
 
 /// Free blocks owned by one caller: lock-free allocation and freeing of orders up
-/// to `PAGE_ALLOC_COSTLY_ORDER` (see the module documentation for what it costs and
-/// guarantees). Dropping it gives every block back.
+/// to `PAGE_ALLOC_COSTLY_ORDER` (see the [module documentation](crate::local) for
+/// what it costs and guarantees). Dropping it gives every block back.
 ///
 /// # Examples
 /// ```

@@ -425,7 +425,7 @@ struct VmapBlock {
 }
 
 /// A virtual address space with vmalloc, vmap and vm_map_ram over a
-/// `ZoneAllocator`. See the module documentation.
+/// `ZoneAllocator`. See the [module documentation](crate::vmalloc).
 ///
 /// # Examples
 /// ```
