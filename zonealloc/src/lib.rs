@@ -81,7 +81,7 @@
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
 //! | `debug`, `compact_state` | poisoning, init-on-alloc/free, bad-page reports; what compaction keeps between runs (scanner positions, skip hints, deferral, the migrator, tunables, counters) |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
-//! | `owned`, `local`, `contig`, `page_frag` | guards, owner-local caches, contiguous and bulk paths, fragments |
+//! | `local`, `owned`, `contig`, `page_frag` | owner-local caches, guards (a cache's blocks too), contiguous and bulk paths, fragments |
 //! | `migrate`, `compaction` | moving a movable block through its owner; the two scanners, suitability, deferral, direct and proactive compaction |
 //! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
 //! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |

@@ -607,3 +607,53 @@ fn refills_use_small_free_blocks_before_splitting_a_large_one() {
     }
     settled(&za);
 }
+
+/// Threads that each take their own cache in, allocate guarded blocks, write them
+/// without `unsafe`, check them, and free them: the pattern a thread pool uses.
+#[test]
+fn threads_move_their_caches_in_and_write_through_guards() {
+    let za = ZoneAllocator::with_arena(
+        Config {
+            nr_cpus: 4,
+            ..Config::with_bytes(32 << 20)
+        },
+        ArenaOptions::default(),
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        for cpu in 0..4u8 {
+            let mut cache = za.local_cache_on(usize::from(cpu), Gfp::KERNEL).unwrap();
+            s.spawn(move || {
+                let mut held = Vec::new();
+                for i in 0..2000u32 {
+                    let order = Order((i % 3) as u8);
+                    let mut b = cache.alloc_block(order).unwrap();
+                    let bytes = b.bytes_mut().unwrap();
+                    assert_eq!(bytes.len(), 4096 << order.0, "the whole block, contiguous");
+                    bytes.fill(cpu + 1);
+                    held.push(b);
+                    if held.len() > 40 {
+                        let b = held.swap_remove((i as usize * 7) % held.len());
+                        assert!(b.bytes().unwrap().iter().all(|&x| x == cpu + 1));
+                        // A guarded block is the guard's alone.
+                        assert_eq!(
+                            za_of(&cache).free_pages(b.pfn(), b.order()),
+                            Err(FreeError::Guarded(b.pfn()))
+                        );
+                        cache.free_block(b).unwrap();
+                    }
+                }
+                for b in held {
+                    assert!(b.bytes().unwrap().iter().all(|&x| x == cpu + 1));
+                    cache.free_block(b).unwrap();
+                }
+            });
+        }
+    });
+    settled(&za);
+}
+
+/// The allocator a cache draws from.
+fn za_of<'a, B: Backend>(c: &LocalCache<'a, B>) -> &'a ZoneAllocator<B> {
+    c.allocator()
+}
