@@ -347,7 +347,11 @@ impl fmt::Display for VmallocError {
                 write!(f, "mapping at {addr:#x} failed (errno {errno})")
             }
             VmallocError::InvalidConfig => f.write_str("invalid vmalloc range"),
-            VmallocError::NotMappable => f.write_str("the backend cannot map a vmalloc range"),
+            VmallocError::NotMappable => f.write_str(
+                "the arena cannot map a vmalloc range: build the allocator with \
+                 `ZoneAllocator::with_arena(config, ArenaOptions { memfd: true, .. })` \
+                 (or use `VmallocSpace::new` for addresses without mappings)",
+            ),
             VmallocError::PageFree { addr, error } => {
                 write!(f, "vfree({addr:#x}): a page was not ours to free: {error}")
             }
