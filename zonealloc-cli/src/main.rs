@@ -69,11 +69,14 @@ enum Cmd {
     /// and with compaction; the cost of compaction per page moved.
     Fragbench(zonealloc_trace::cli::FragArgs),
     /// The reliability figures recorded by the test suites, in one table (run the
-    /// tests first: `bash .ci/test`, plus the loom and fuzz steps of `.ci/run`).
+    /// tests first: `bash .ci/test`; the loom models' figures come from `.ci/run`).
     Selftest {
         /// Where the suites wrote their figures.
         #[arg(long, default_value = "target/reliability")]
         figures: PathBuf,
+        /// Also require the figures only `bash .ci/run` records (the loom models).
+        #[arg(long)]
+        ci: bool,
     },
 }
 
@@ -123,8 +126,8 @@ fn main() -> ExitCode {
         Cmd::Replay(a) => done(zonealloc_trace::cli::replay_cmd(&a, false)),
         Cmd::Map(a) => done(zonealloc_trace::cli::replay_cmd(&a, true)),
         Cmd::Fragbench(a) => done(zonealloc_trace::cli::fragbench_cmd(&a)),
-        Cmd::Selftest { figures } => {
-            if selftest::run(&figures) {
+        Cmd::Selftest { figures, ci } => {
+            if selftest::run(&figures, ci) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE

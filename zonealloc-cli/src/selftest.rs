@@ -9,8 +9,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Suites whose figures must be present (by name prefix).
-const REQUIRED: [&str; 5] = ["model", "fuzz-twin", "faults", "stress-", "loom-"];
+/// Suites whose figures the test command (`bash .ci/test`) records (by name
+/// prefix): always required.
+const REQUIRED: [&str; 4] = ["model", "fuzz-twin", "faults", "stress-"];
+
+/// Suites only `bash .ci/run` records (the loom models, in a `--cfg loom` build):
+/// required with `--ci`, otherwise reported as not run. The libFuzzer smoke run
+/// records its figures too when nightly is present; it is never required.
+const CI_ONLY: [&str; 1] = ["loom-"];
 
 /// Reads every suite's figures from `dir`: suite name → key → value.
 fn read(dir: &Path) -> std::io::Result<BTreeMap<String, BTreeMap<String, u64>>> {
@@ -38,8 +44,9 @@ fn read(dir: &Path) -> std::io::Result<BTreeMap<String, BTreeMap<String, u64>>> 
     Ok(suites)
 }
 
-/// Prints the table; returns whether everything required is there and clean.
-pub fn run(dir: &Path) -> bool {
+/// Prints the table; returns whether everything required is there and clean
+/// (with `ci`, the suites only `.ci/run` records as well).
+pub fn run(dir: &Path, ci: bool) -> bool {
     let suites = match read(dir) {
         Ok(s) => s,
         Err(e) => {
@@ -157,12 +164,54 @@ pub fn run(dir: &Path) -> bool {
     );
     row("frames lost (must be 0)", lost, who("frames_lost"));
     let mut ok = violations == 0 && lost == 0;
+    let ran = |prefix: &str| suites.keys().any(|n| n.starts_with(prefix));
     for req in REQUIRED {
-        if !suites.keys().any(|n| n.starts_with(req)) {
-            println!("missing: no figures from the {req:?} suite (did it run and pass?)");
+        if !ran(req) {
+            println!(
+                "missing: no figures from the {req:?} suite (did `bash .ci/test` run and pass?)"
+            );
             ok = false;
+        }
+    }
+    for req in CI_ONLY {
+        if ran(req) {
+            continue;
+        }
+        if ci {
+            println!("missing: no figures from the {req:?} suite (did `bash .ci/run` reach it?)");
+            ok = false;
+        } else {
+            println!("not run: the {req:?} suite (its figures come from `bash .ci/run`)");
         }
     }
     println!("selftest: {}", if ok { "PASS" } else { "FAIL" });
     ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn suite(dir: &Path, name: &str, text: &str) {
+        std::fs::write(dir.join(format!("{name}.tsv")), text).unwrap();
+    }
+
+    #[test]
+    fn after_the_test_command_it_passes_and_with_ci_it_wants_the_loom_figures() {
+        let dir = std::env::temp_dir().join(format!("zonealloc-selftest-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["model", "fuzz-twin", "faults", "stress-pressure"] {
+            suite(&dir, name, "operations\t10\nviolations\t0\n");
+        }
+        assert!(run(&dir, false), "the test command's suites are enough");
+        assert!(!run(&dir, true), "--ci requires the loom figures");
+        suite(&dir, "loom-pcp", "operations\t5\n");
+        assert!(run(&dir, true));
+        suite(&dir, "stress-pressure", "violations\t1\n");
+        assert!(!run(&dir, false), "a violation fails it");
+        std::fs::remove_file(dir.join("model.tsv")).unwrap();
+        suite(&dir, "stress-pressure", "violations\t0\n");
+        assert!(!run(&dir, false), "a required suite is missing");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
