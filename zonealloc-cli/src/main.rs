@@ -64,7 +64,7 @@ enum Cmd {
     /// kernel's, and the fragmentation at the end.
     Replay(zonealloc_trace::cli::ReplayArgs),
     /// Replay a trace, then draw the zone map (PNG and SVG) and its free-blocks chart.
-    Map(zonealloc_trace::cli::ReplayArgs),
+    Map(zonealloc_trace::cli::MapArgs),
     /// Fragmentation benchmark: order-9 success with and without mobility grouping,
     /// and with compaction; the cost of compaction per page moved.
     Fragbench(zonealloc_trace::cli::FragArgs),
@@ -123,8 +123,8 @@ fn main() -> ExitCode {
             stats();
             ExitCode::SUCCESS
         }
-        Cmd::Replay(a) => done(zonealloc_trace::cli::replay_cmd(&a, false)),
-        Cmd::Map(a) => done(zonealloc_trace::cli::replay_cmd(&a, true)),
+        Cmd::Replay(a) => done(zonealloc_trace::cli::replay_cmd(&a)),
+        Cmd::Map(a) => done(zonealloc_trace::cli::map_cmd(&a)),
         Cmd::Fragbench(a) => done(zonealloc_trace::cli::fragbench_cmd(&a)),
         Cmd::Selftest { figures, ci } => {
             if selftest::run(&figures, ci) {

@@ -29,9 +29,9 @@ pub enum Holes {
     Present,
 }
 
-/// Arguments of `replay` and `map`.
+/// Arguments `replay` and `map` share.
 #[derive(Args)]
-pub struct ReplayArgs {
+pub struct TraceArgs {
     /// The trace: `perf script` or trace_pipe text, plain, xz or gzip.
     trace: PathBuf,
     /// The traced machine's /proc/zoneinfo (default: the built-in Linux 6.18 machine of
@@ -68,10 +68,24 @@ pub struct ReplayArgs {
     /// Directory for the pictures (`replay` draws them only when given).
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+/// Arguments of `replay`.
+#[derive(Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
     /// After the replay, time `xz -dc TRACE > /dev/null` (best of 3) and print the
     /// replay's end-to-end time next to it.
     #[arg(long)]
     vs_xz: bool,
+}
+
+/// Arguments of `map`.
+#[derive(Args)]
+pub struct MapArgs {
+    #[command(flatten)]
+    trace: TraceArgs,
 }
 
 /// Arguments of `fragbench`.
@@ -115,7 +129,7 @@ pub struct FragArgs {
 /// What a command returns: success, or an error to print.
 pub type Res = Result<(), Box<dyn std::error::Error>>;
 
-fn layout_of(a: &ReplayArgs) -> Result<ZoneLayout, Box<dyn std::error::Error>> {
+fn layout_of(a: &TraceArgs) -> Result<ZoneLayout, Box<dyn std::error::Error>> {
     if let Some(p) = &a.zoneinfo {
         if !a.zones.is_empty() {
             return Err("give --zoneinfo or --zone, not both".into());
@@ -144,8 +158,19 @@ fn write_json<T: serde::Serialize>(path: &Path, v: &T) -> Res {
     Ok(())
 }
 
-/// `replay` (pictures only with `--out`) and `map` (always pictures).
-pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
+/// `replay`: the report, pictures only with `--out`.
+pub fn replay_cmd(a: &ReplayArgs) -> Res {
+    run_trace(&a.trace, false, a.vs_xz)
+}
+
+/// `map`: the replay's pictures.
+pub fn map_cmd(a: &MapArgs) -> Res {
+    run_trace(&a.trace, true, false)
+}
+
+/// Replays the trace; prints the report unless `map`, draws the pictures where
+/// `map` or `--out` asks, times `xz -dc` against it with `vs_xz`.
+fn run_trace(a: &TraceArgs, map: bool, vs_xz: bool) -> Res {
     let opts = ReplayOptions {
         layout: layout_of(a)?,
         holes: match a.holes {
@@ -166,7 +191,7 @@ pub fn replay_cmd(a: &ReplayArgs, map: bool) -> Res {
     if !map {
         out!("{report}");
     }
-    if a.vs_xz {
+    if vs_xz {
         compare_with_xz(&a.trace, report.timing.end_to_end_ns)?;
     }
     if let Some(j) = &a.json {

@@ -279,3 +279,18 @@ fn fragbench_options_out_of_range_are_refused() {
         );
     }
 }
+
+/// `map` offers only the options it uses: `--vs-xz` times a replay, not a map.
+#[test]
+fn map_help_lists_only_its_own_options() {
+    let help = |cmd: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_zonealloc-trace"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert!(help("replay").contains("--vs-xz"));
+    assert!(!help("map").contains("--vs-xz"));
+    assert!(help("map").contains("--zoneinfo"));
+}

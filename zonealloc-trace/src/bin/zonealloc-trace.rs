@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use zonealloc_trace::cli::{fragbench_cmd, replay_cmd, FragArgs, ReplayArgs};
+use zonealloc_trace::cli::{fragbench_cmd, map_cmd, replay_cmd, FragArgs, MapArgs, ReplayArgs};
 
 #[derive(Parser)]
 #[command(
@@ -31,13 +31,13 @@ enum Cmd {
     /// Fragmentation benchmark: order-9 success with and without mobility grouping.
     Fragbench(FragArgs),
     /// Replay a trace, then draw the busiest zone's map and its buddyinfo chart.
-    Map(ReplayArgs),
+    Map(MapArgs),
 }
 
 fn main() -> ExitCode {
     let r = match Cli::parse().cmd {
-        Cmd::Replay(a) => replay_cmd(&a, false),
-        Cmd::Map(a) => replay_cmd(&a, true),
+        Cmd::Replay(a) => replay_cmd(&a),
+        Cmd::Map(a) => map_cmd(&a),
         Cmd::Fragbench(a) => fragbench_cmd(&a),
     };
     match r {
