@@ -226,9 +226,20 @@ impl TraceError {
     }
 }
 
+/// Whether a read error says the (compressed) input ended before its stream did:
+/// the xz and gzip decoders report a cut file so.
+fn ends_early(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::UnexpectedEof || e.to_string().contains("premature eof")
+}
+
 impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            TraceError::Io { file, error } if ends_early(error) => write!(
+                f,
+                "{file}: {error}: the compressed stream ends early (the file is truncated or \
+                 was only partly copied)"
+            ),
             TraceError::Io { file, error } => write!(f, "{file}: {error}"),
             TraceError::Unsupported { file, format, hint } => {
                 write!(f, "{file}: {format} file, which is not read here; {hint}")

@@ -294,3 +294,28 @@ fn map_help_lists_only_its_own_options() {
     assert!(!help("map").contains("--vs-xz"));
     assert!(help("map").contains("--zoneinfo"));
 }
+
+/// A compressed trace cut short says so, for xz and gzip alike.
+#[test]
+fn a_truncated_compressed_trace_is_named_as_such() {
+    let d = Dir::new("truncated");
+    let text = GOOD.repeat(2000);
+    for (ext, tool) in [("xz", "xz"), ("gz", "gzip")] {
+        let Ok(mut child) = Command::new(tool)
+            .arg("-c")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("{tool} not found: skipped");
+            continue;
+        };
+        let mut stdin = child.stdin.take().unwrap();
+        let body = text.clone();
+        let writer = std::thread::spawn(move || stdin.write_all(body.as_bytes()).unwrap());
+        let packed = child.wait_with_output().unwrap().stdout;
+        writer.join().unwrap();
+        let f = d.file(&format!("cut.txt.{ext}"), &packed[..packed.len() / 2]);
+        refused("replay", &f, &d, "the compressed stream ends early");
+    }
+}
