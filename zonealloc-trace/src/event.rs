@@ -162,7 +162,7 @@ pub struct Record {
     /// Line number in the trace file, from 1.
     pub line: u64,
     /// The `[CPU]` field.
-    pub cpu: u16,
+    pub cpu: u32,
     /// The timestamp, in nanoseconds.
     pub time_ns: u64,
     /// The payload.

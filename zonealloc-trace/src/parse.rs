@@ -26,7 +26,7 @@ pub enum Parsed {
     /// An event the replay understands.
     Event {
         /// The `[CPU]` field.
-        cpu: u16,
+        cpu: u32,
         /// Timestamp in nanoseconds.
         time_ns: u64,
         /// The payload.
@@ -115,14 +115,14 @@ pub fn parse_line_cached(
 
 /// Finds the CPU field and the timestamp; returns them and the text after the
 /// timestamp's colon.
-fn find_prefix(line: &[u8]) -> Option<(u16, u64, &[u8])> {
+fn find_prefix(line: &[u8]) -> Option<(u32, u64, &[u8])> {
     let mut from = 0;
     while let Some(off) = memchr::memchr(b'[', &line[from..]) {
         let open = from + off;
         from = open + 1;
         let close = line[open + 1..].iter().position(|&b| b == b']')?;
         let digits = &line[open + 1..open + 1 + close];
-        let Some(cpu) = parse_dec(digits).and_then(|c| u16::try_from(c).ok()) else {
+        let Some(cpu) = parse_dec(digits).and_then(|c| u32::try_from(c).ok()) else {
             continue;
         };
         let after = &line[open + 2 + close..];

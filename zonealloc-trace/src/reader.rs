@@ -554,7 +554,7 @@ impl TraceReader {
                     time_ns,
                     event,
                 }) => {
-                    if self.opts.nr_cpus.is_some_and(|n| usize::from(cpu) >= n) {
+                    if self.opts.nr_cpus.is_some_and(|n| cpu as usize >= n) {
                         self.stats.cpu_out_of_range += 1;
                         let bytes = line.to_vec();
                         let n = self.opts.nr_cpus.unwrap_or(0);
@@ -817,6 +817,8 @@ x 1 [000] 1.0: kmem:mm_page_free: pfn=0x10 order=0
 x 1 [9999] 1.0: kmem:mm_page_free: pfn=0x10 order=0
 x 1 [300] 1.0: kmem:mm_page_free: pfn=0x10 order=0
 x 1 [001] 1.0: kmem:mm_page_free: pfn=0x1000 order=0
+x 1 [65536] 1.0: kmem:mm_page_free: pfn=0x10 order=0
+x 1 [4294967296] 1.0: kmem:mm_page_free: pfn=0x10 order=0
 ";
         let opts = ReadOptions {
             nr_cpus: Some(2),
@@ -825,9 +827,13 @@ x 1 [001] 1.0: kmem:mm_page_free: pfn=0x1000 order=0
         };
         let (v, s) = read(text.as_bytes().to_vec(), opts).unwrap();
         assert_eq!(v.len(), 1);
-        assert_eq!((s.cpu_out_of_range, s.pfn_out_of_range), (2, 1));
+        // A CPU past 16 bits is a CPU out of range like any other; one past 32
+        // bits no kernel writes, and is a malformed line.
+        assert_eq!((s.cpu_out_of_range, s.pfn_out_of_range), (3, 1));
+        assert_eq!(s.malformed, 1);
         let lines: Vec<u64> = s.malformed_examples.iter().map(|m| m.line).collect();
-        assert_eq!(lines, [2, 3, 4]);
+        assert_eq!(lines, [2, 3, 4, 5, 6]);
+        assert!(s.malformed_examples[3].reason.contains("CPU 65536"));
         assert!(s.malformed_examples[0].reason.contains("CPU 9999"));
     }
 

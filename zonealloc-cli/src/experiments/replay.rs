@@ -196,8 +196,9 @@ fn prepare(records: &[Record]) -> Prepared {
     let mut free_slots: Vec<u32> = Vec::new();
     let (mut pages, mut max_cpu) = (0u64, 0u16);
     for r in records {
-        max_cpu = max_cpu.max(r.cpu);
-        let cpu = r.cpu;
+        // The experiment's operations keep the CPU in 16 bits (the trace's are 0-1).
+        let cpu = u16::try_from(r.cpu).unwrap_or(u16::MAX);
+        max_cpu = max_cpu.max(cpu);
         let action = Action::of(&r.event, TRACE_MAX_ORDER, |pfn| {
             held.get(&pfn).map(|&(_, o)| o)
         });
