@@ -413,7 +413,7 @@ fn the_traced_machine_starts_warm() {
 fn warm_state_reads_each_list_from_the_first_refill() {
     use zonealloc_trace::event::{Event, Record};
     use zonealloc_trace::replay::warm_state;
-    let rec = |cpu: u16, event| Record {
+    let rec = |cpu: u32, event| Record {
         line: 0,
         cpu,
         time_ns: 0,
