@@ -36,7 +36,7 @@ fn main() {
                 for i in 0..BLOCKS {
                     let order = Order((i % 3) as u8);
                     let mut block = cache.alloc_block(order).expect("memory");
-                    let bytes = block.bytes_mut().expect("an arena's block has bytes");
+                    let bytes = block.data_mut();
                     bytes.fill(cpu as u8);
                     written += bytes.len();
                     cache.free_block(block).expect("the guard's own block");

@@ -125,6 +125,30 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 }
 
+/// On an arena every block has memory: its bytes without an `Option`.
+#[cfg(feature = "std")]
+impl PageBlock<'_, crate::arena::Arena> {
+    /// The block's `2^order` pages, contiguous from the first byte.
+    pub fn data(&self) -> &[u8] {
+        // An arena gives every frame of its zones an address.
+        self.bytes().unwrap_or_default()
+    }
+
+    /// The block's `2^order` pages, writable (see `data`).
+    ///
+    /// ```
+    /// use zonealloc::{ArenaOptions, Config, Gfp, Order, ZoneAllocator};
+    /// let za = ZoneAllocator::with_arena(Config::with_bytes(16 << 20), ArenaOptions::default())
+    ///     .unwrap();
+    /// let mut block = za.alloc_block(Gfp::KERNEL, Order(2)).unwrap();
+    /// block.data_mut().fill(7);
+    /// assert_eq!(block.data().len(), 4 * 4096);
+    /// ```
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        self.bytes_mut().unwrap_or_default()
+    }
+}
+
 /// How often `LocalCache::alloc_block` tries to guard a fresh block that
 /// compaction isolated first.
 const GUARD_TRIES: u32 = 4;
