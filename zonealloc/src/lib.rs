@@ -163,8 +163,8 @@ pub use stats::{
 };
 pub use types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_ORDER_LIMIT, MIGRATE_TYPES};
 pub use vmalloc::{
-    AreaKind, VfreeMode, VmArea, VmallocConfig, VmallocError, VmallocReport, VmallocSpace,
-    VMALLOC_BULK_MAX, VMAP_MAX_ALLOC,
+    AreaKind, OwnedVmArea, VfreeMode, VmArea, VmallocConfig, VmallocError, VmallocReport,
+    VmallocSpace, VMALLOC_BULK_MAX, VMAP_MAX_ALLOC,
 };
 pub use vmap_tree::{FreeAreaTree, TreeError, TreeViolation};
 pub use zone::chunks;

@@ -197,6 +197,49 @@ pub struct VmArea {
     mapped: bool,
 }
 
+/// A `vmalloc` area owned by a guard (`VmallocSpace::vmalloc_owned`): it derefs
+/// to the area's `VmArea` and frees the area when dropped.
+pub struct OwnedVmArea<'v, 'a, B: Backend> {
+    space: &'v VmallocSpace<'a, B>,
+    /// `Some` until `into_area` or the drop takes it.
+    area: Option<VmArea>,
+}
+
+impl<B: Backend> OwnedVmArea<'_, '_, B> {
+    /// Gives up the guard without freeing: the area is the caller's to `vfree`.
+    pub fn into_area(mut self) -> VmArea {
+        self.area.take().expect(HELD)
+    }
+}
+
+/// An `OwnedVmArea` holds its area from its creation until `into_area` or its
+/// drop, which consume it.
+const HELD: &str = "an OwnedVmArea holds its area until it is consumed";
+
+impl<B: Backend> core::ops::Deref for OwnedVmArea<'_, '_, B> {
+    type Target = VmArea;
+
+    fn deref(&self) -> &VmArea {
+        self.area.as_ref().expect(HELD)
+    }
+}
+
+impl<B: Backend> Drop for OwnedVmArea<'_, '_, B> {
+    fn drop(&mut self) {
+        if let Some(a) = self.area.take() {
+            // The area's pages answer to vmalloc alone, so the free cannot be
+            // refused for them; a drop has no one to report to in any case.
+            let _ = self.space.vfree(a.addr());
+        }
+    }
+}
+
+impl<B: Backend> fmt::Debug for OwnedVmArea<'_, '_, B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("OwnedVmArea").field(&self.area).finish()
+    }
+}
+
 impl VmArea {
     /// First address of the area.
     pub fn addr(&self) -> usize {
@@ -631,7 +674,7 @@ impl<'a> VmallocSpace<'a, Arena> {
 // vmalloc / vfree
 // -----------------------------------------------------------------------------
 
-impl<B: Backend> VmallocSpace<'_, B> {
+impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// `vmalloc()`: `size` bytes (rounded up to pages) of virtually contiguous
     /// memory from any frames, with a guard page after it.
     ///
@@ -652,6 +695,31 @@ impl<B: Backend> VmallocSpace<'_, B> {
     /// ```
     pub fn vmalloc(&self, size: usize) -> Result<VmArea, VmallocError> {
         self.vmalloc_node_range(size, 1, self.cfg.gfp, false)
+    }
+
+    /// As `vmalloc`, the area owned by the returned guard, which frees it
+    /// (`vfree`) when dropped.
+    ///
+    /// # Errors
+    /// As `vmalloc`.
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{Config, VmallocConfig, VmallocError, VmallocSpace, ZoneAllocator};
+    /// let za = ZoneAllocator::new(Config::with_bytes(64 << 20)).unwrap();
+    /// let vm = VmallocSpace::new(&za, VmallocConfig::default()).unwrap();
+    /// let addr = {
+    ///     let area = vm.vmalloc_owned(3 * 4096).unwrap();
+    ///     assert_eq!(area.nr_pages(), 3);
+    ///     area.addr()
+    /// }; // freed here
+    /// assert_eq!(vm.vfree(addr), Err(VmallocError::UnknownAddress(addr)));
+    /// ```
+    pub fn vmalloc_owned(&self, size: usize) -> Result<OwnedVmArea<'_, 'a, B>, VmallocError> {
+        Ok(OwnedVmArea {
+            space: self,
+            area: Some(self.vmalloc(size)?),
+        })
     }
 
     /// `vzalloc()`: as `vmalloc`, the memory zeroed.

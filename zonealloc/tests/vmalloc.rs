@@ -1157,3 +1157,26 @@ fn vmallocinfo_lists_areas_with_guard() {
     vm.vfree(a.addr()).unwrap();
     assert_eq!(vm.vmallocinfo(), "");
 }
+
+#[test]
+fn an_owned_area_frees_itself_and_into_area_hands_it_over() {
+    let za = abstract_za();
+    let vm = VmallocSpace::new(&za, VmallocConfig::default()).unwrap();
+    let free = za.nr_free_pages() + za.nr_pcp_pages();
+    {
+        let a = vm.vmalloc_owned(5 * PAGE).unwrap();
+        assert_eq!(a.nr_pages(), 5);
+        assert!(vm.area(a.addr()).is_some());
+    }
+    assert_eq!(
+        za.nr_free_pages() + za.nr_pcp_pages(),
+        free,
+        "the drop freed it"
+    );
+    let kept = vm.vmalloc_owned(2 * PAGE).unwrap().into_area();
+    assert!(vm.area(kept.addr()).is_some(), "into_area does not free");
+    vm.vfree(kept.addr()).unwrap();
+    checked(&vm);
+    drop(vm);
+    settled(&za);
+}
