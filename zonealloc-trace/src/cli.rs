@@ -190,6 +190,8 @@ fn run_trace(a: &TraceArgs, map: bool, vs_xz: bool) -> Res {
     let (report, state) = replay::run_with_state(&a.trace, &opts)?;
     if !map {
         out!("{report}");
+    } else if let Some(note) = report.parse.skipped_note(&report.trace) {
+        eprintln!("{note}");
     }
     if vs_xz {
         compare_with_xz(&a.trace, report.timing.end_to_end_ns)?;

@@ -1063,7 +1063,11 @@ fn read_trace(path: &Path) -> Result<Vec<Record>, ReplayError> {
         nr_cpus: Some(MAX_AUTO_CPUS),
         ..ReadOptions::default()
     };
-    Ok(read_all(path, read)?.0)
+    let (records, stats) = read_all(path, read)?;
+    if let Some(note) = stats.skipped_note(&path.display().to_string()) {
+        eprintln!("{note}");
+    }
+    Ok(records)
 }
 
 fn trace_workload(

@@ -170,6 +170,22 @@ pub struct ParseStats {
 }
 
 impl ParseStats {
+    /// One line for commands that print no report (`map`, `fragbench`): what was
+    /// skipped of `file`, or `None` when nothing was.
+    pub fn skipped_note(&self, file: &str) -> Option<String> {
+        let n = self.skipped();
+        (n > 0).then(|| {
+            format!(
+                "{file}: skipped {n} lines ({} malformed, {} on a CPU out of range, {} at a pfn \
+                 outside the zones, {} cut short); `replay` lists them, --strict stops at the first",
+                self.malformed,
+                self.cpu_out_of_range,
+                self.pfn_out_of_range,
+                u64::from(self.truncated_last_line)
+            )
+        })
+    }
+
     /// Lines skipped for any reason.
     pub fn skipped(&self) -> u64 {
         self.malformed

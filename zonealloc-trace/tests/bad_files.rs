@@ -319,3 +319,23 @@ fn a_truncated_compressed_trace_is_named_as_such() {
         refused("replay", &f, &d, "the compressed stream ends early");
     }
 }
+
+/// `map` and `fragbench` print no report, so they say in one line what they
+/// skipped.
+#[test]
+fn map_and_fragbench_say_what_they_skipped() {
+    let d = Dir::new("skipped");
+    let f = d.file(
+        "one-bad.txt",
+        format!("{GOOD}this line is not an event\n").as_bytes(),
+    );
+    for cmd in ["map", "fragbench"] {
+        let o = run(&[cmd], &f, &d);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{cmd}: {err}");
+        assert!(
+            err.contains("skipped 1 lines (1 malformed"),
+            "{cmd} does not say what it skipped: {err}"
+        );
+    }
+}
