@@ -332,6 +332,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_unknown_flag_is_not_answered_with_an_unrelated_one() {
+        let e = Cli::try_parse_from(["zonealloc", "bench", "--bogus"])
+            .err()
+            .expect("an unknown flag is an error");
+        let text = e.to_string();
+        assert!(text.contains("--bogus"), "{text}");
+        assert!(!text.contains("--rounds"), "{text}");
+    }
+
+    #[test]
     fn the_peers_option_names_every_peer_the_experiment_knows() {
         let mut cli = Cli::command();
         let bench = cli.find_subcommand_mut("bench").expect("a bench command");
