@@ -154,7 +154,7 @@ pub use gfp::Gfp;
 pub use local::{LocalCache, LOCAL_CACHE_BATCH, LOCAL_CACHE_MAX_BATCHES};
 pub use migrator::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
-pub use page_frag::{FragError, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
+pub use page_frag::{FragError, Fragment, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
 pub use pcp::PAGE_ALLOC_COSTLY_ORDER;
 pub use stats::{
     fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,

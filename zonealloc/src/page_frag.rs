@@ -357,6 +357,87 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
     pub fn drain(&mut self) {
         self.release(false);
     }
+
+    /// As `alloc`, the fragment owned by the returned `Fragment`, which frees it
+    /// (`page_frag_free`) when dropped.
+    ///
+    /// # Errors
+    /// As `alloc`.
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{ArenaOptions, Config, Gfp, PageFragCache, ZoneAllocator};
+    /// let za = ZoneAllocator::with_arena(Config::with_bytes(16 << 20), ArenaOptions::default())
+    ///     .unwrap();
+    /// let mut cache = PageFragCache::new(&za, Gfp::ATOMIC);
+    /// let frag = cache.alloc_frag(1500, 64).unwrap(); // a packet buffer
+    /// assert_eq!(frag.as_ptr().as_ptr() as usize % 64, 0);
+    /// assert_eq!(frag.len(), 1500);
+    /// drop(frag); // frees it
+    /// ```
+    pub fn alloc_frag(&mut self, size: usize, align: usize) -> Result<Fragment<'a, B>, FragError> {
+        let ptr = self.alloc(size, align)?;
+        Ok(Fragment {
+            za: self.za,
+            ptr,
+            len: size,
+        })
+    }
+}
+
+/// A fragment owned by a guard (`PageFragCache::alloc_frag`), freed when dropped.
+///
+/// It hands out a pointer, not a slice: a fragment's free is a reference drop on
+/// its block, which `ZoneAllocator::page_frag_free` makes for any address of the
+/// block, so safe code elsewhere could free the block under a slice. Reading and
+/// writing the `len` bytes at `as_ptr` is the owner's `unsafe` business, as with
+/// `alloc`.
+pub struct Fragment<'a, B: Backend> {
+    za: &'a ZoneAllocator<B>,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl<B: Backend> Fragment<'_, B> {
+    /// The fragment's first byte.
+    pub fn as_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Gives up the guard without freeing: free the fragment with
+    /// `ZoneAllocator::page_frag_free`.
+    pub fn into_raw(self) -> NonNull<u8> {
+        let p = self.ptr;
+        core::mem::forget(self);
+        p
+    }
+}
+
+impl<B: Backend> Drop for Fragment<'_, B> {
+    fn drop(&mut self) {
+        // The fragment's reference is the guard's; its free cannot be refused unless
+        // someone freed it behind the guard, and a drop has no one to tell.
+        let _ = self.za.page_frag_free(self.ptr.as_ptr());
+    }
+}
+
+impl<B: Backend> core::fmt::Debug for Fragment<'_, B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Fragment")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
 }
 
 impl<B: Backend> Drop for PageFragCache<'_, B> {

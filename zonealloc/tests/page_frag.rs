@@ -144,3 +144,24 @@ fn arena_addresses_are_aligned_like_frame_numbers() {
         za.free_pages(p, order).unwrap();
     }
 }
+
+#[test]
+fn fragments_owned_by_guards_free_themselves() {
+    let za = arena(FragFreePath::default());
+    let mut cache = PageFragCache::new(&za, Gfp::ATOMIC);
+    let mut held = Vec::new();
+    for i in 0..2000usize {
+        let f = cache.alloc_frag(100 + i % 1400, 8).unwrap();
+        assert_eq!(f.len(), 100 + i % 1400);
+        held.push(f);
+        if held.len() > 50 {
+            held.swap_remove(i % held.len()); // dropped: freed
+        }
+    }
+    // One handed over to the raw API and freed there.
+    let raw = held.pop().unwrap().into_raw();
+    assert_eq!(za.page_frag_free(raw.as_ptr()), Ok(()));
+    drop(held);
+    drop(cache);
+    settled(&za);
+}
