@@ -8,9 +8,13 @@
 
 use std::fmt::Write as _;
 use std::fs;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
+use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
@@ -296,6 +300,25 @@ pub fn write_json(dir: &Path, report: &RunReport<'_>) -> std::io::Result<PathBuf
 // -----------------------------------------------------------------------------
 // Charts
 // -----------------------------------------------------------------------------
+//
+// The rules every chart follows, each a small pure function below with its tests:
+// - a value axis has at most `MAX_TICKS` ticks, fewer where their labels would not fit
+//   the width (`linear_ticks`, `log_axis`, `labels_fit`);
+// - a linear axis runs from 0 to the first tick at or above the largest value, ticks
+//   a round step apart (`STEPS`; `nice_upper_bound`: within 1.25x of the largest
+//   value);
+// - values that span decades get a log axis, drawn as dots (never bars from an
+//   arbitrary base), the axis label saying "log scale";
+// - numbers are compact, with SI suffixes (5k, 1.5M) and times in the unit that suits
+//   them (20 ns, 1.2 µs) (`si_label`, `si_value`); zero is "0";
+// - titles come from the tables (what, parameters, unit), wrapped and if need be set
+//   smaller to fit the width, never cut (`fit_title`);
+// - an experiment of more than `SUMMARY_OVER` panels gets a summary in NAME.png (each
+//   panel's variants against its baseline, as dots, with the targets that read on
+//   that axis) and its panels in NAME-detail.png;
+// - zonealloc's variants are drawn in strong colours and heavier, the peers it is
+//   compared with in muted ones, the baseline or limit grey; legends sit beside or
+//   above the plots, never on them.
 
 static DEJAVU_SANS: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 const FONT: &str = "sans-serif";
@@ -309,11 +332,496 @@ fn register_font() {
 }
 
 type ChartResult<T> = Result<T, Box<dyn std::error::Error>>;
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 
-/// One colour per variant, the same variant the same colour in every chart of an
-/// experiment: twelve distinct hues (Tableau 10 and two more), the baseline grey.
-const PALETTE: [RGBColor; 12] = [
-    RGBColor(0x7f, 0x7f, 0x7f),
+/// The most ticks on a value axis.
+const MAX_TICKS: usize = 6;
+/// An experiment with more panels than this gets a summary chart and a detail chart.
+const SUMMARY_OVER: usize = 8;
+/// Width of one panel of a tables chart.
+const PANEL_W: u32 = 720;
+/// Width of a summary chart.
+const SUMMARY_W: u32 = 1440;
+/// Font size of tick labels, variant names and values.
+const LABEL_PX: u32 = 15;
+/// Least gap between two tick labels, pixels.
+const TICK_GAP: u32 = 14;
+
+// --- Numbers -------------------------------------------------------------------
+
+/// `v` rounded to `sig` significant digits.
+fn round_sig(v: f64, sig: usize) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    let scale = 10f64.powi(v.abs().log10().floor() as i32 + 1 - sig as i32);
+    (v / scale).round() * scale
+}
+
+/// `v` with at most `sig` significant digits, trailing zeros dropped: "2.5", "10",
+/// "0.25".
+fn sig_digits(v: f64, sig: usize) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    let mag = v.abs().log10().floor() as i32;
+    let decimals = (sig as i32 - 1 - mag).max(0) as usize;
+    let s = format!("{v:.decimals$}");
+    let s = if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
+    };
+    if s == "-0" {
+        "0".into()
+    } else {
+        s
+    }
+}
+
+/// Nanoseconds in one `unit`, if `unit` is a time.
+fn time_unit_ns(unit: &str) -> Option<f64> {
+    match unit {
+        "ns" => Some(1.0),
+        "µs" | "us" => Some(1e3),
+        "ms" => Some(1e6),
+        "s" => Some(1e9),
+        _ => None,
+    }
+}
+
+/// `v` (in `unit`) to `sig` significant digits: a time in the unit that keeps it at
+/// 1 or more ("1.2 µs" for 1200 ns, "500 ns" for 0.5 µs), anything else with an SI
+/// suffix and no unit ("15k", "1.5M", "0.25"; no suffix where the unit has its own
+/// prefix: 1180 M ops/s). Zero is "0".
+fn compact(v: f64, unit: &str, sig: usize) -> String {
+    if !v.is_finite() {
+        return "n/a".into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let r = round_sig(v, sig);
+    let at_least = |x: f64, d: f64| x.abs() >= d * (1.0 - 1e-9);
+    if let Some(f) = time_unit_ns(unit) {
+        let ns = r * f;
+        let (div, name) = [(1e9, "s"), (1e6, "ms"), (1e3, "µs")]
+            .into_iter()
+            .find(|&(d, _)| at_least(ns, d))
+            .unwrap_or((1.0, "ns"));
+        return format!("{} {name}", sig_digits(ns / div, sig));
+    }
+    // A unit that has its own prefix ("M ops/s") takes no second one: 1180, not 1.18k.
+    let prefixed = matches!(unit.as_bytes(), [b'k' | b'M' | b'G', b' ' | b'/', ..]);
+    let (div, suffix) = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
+        .into_iter()
+        .find(|&(d, _)| !prefixed && at_least(r, d))
+        .unwrap_or((1.0, ""));
+    format!("{}{suffix}", sig_digits(r / div, sig))
+}
+
+/// A tick label: `v` compactly, a time with its unit ("20 ns", "1.2 µs"), any other
+/// number with an SI suffix ("0", "5k", "1.5M"; the unit is in the axis label).
+fn si_label(v: f64, unit: &str) -> String {
+    compact(v, unit, 3)
+}
+
+/// A value with its unit, three significant digits: "29.8 µs", "49.7k blocks",
+/// "4.08 M/s", "2.74x", "0 blocks".
+fn si_value(v: f64, unit: &str) -> String {
+    let c = compact(v, unit, 3);
+    if (time_unit_ns(unit).is_some() && v != 0.0) || unit.is_empty() || !v.is_finite() {
+        c
+    } else if unit == "x" {
+        format!("{c}x")
+    } else {
+        format!("{c} {unit}")
+    }
+}
+
+/// A ratio as "0.43x", "0.0046x", "12.5x", "1438x", with "*" when significant.
+fn ratio_label(ratio: f64, significant: bool) -> String {
+    if !ratio.is_finite() {
+        return String::new();
+    }
+    let digits = if ratio >= 100.0 {
+        0
+    } else if ratio >= 10.0 {
+        1
+    } else {
+        2
+    };
+    let r = if ratio == 0.0 {
+        "0".to_owned()
+    } else if ratio < 0.1 {
+        // Two significant digits, so that a small ratio does not read 0.00x.
+        sig_digits(ratio, 2)
+    } else {
+        format!("{ratio:.digits$}")
+    };
+    format!("{r}x{}", if significant { "*" } else { "" })
+}
+
+// --- Axes ------------------------------------------------------------------------
+
+/// Spacings of linear ticks (times a power of ten), the roundest first.
+const STEPS: [f64; 9] = [1.0, 2.0, 5.0, 2.5, 4.0, 3.0, 1.5, 6.0, 8.0];
+
+/// Ticks of a linear axis from 0 that ends on a tick at or above `max`: at most
+/// `max_ticks` of them, evenly spaced by one of `STEPS`. The roundest spacing that
+/// gives at least four ticks and ends within 20 % of `max` wins; failing that, the
+/// one ending nearest above `max` (never 25 % above with six ticks).
+fn linear_ticks(max: f64, max_ticks: usize) -> Vec<f64> {
+    let intervals = max_ticks.max(2) - 1;
+    if max.is_nan() || max <= 0.0 || max.is_infinite() {
+        return (0..=intervals.min(4)).map(|i| i as f64 * 0.25).collect();
+    }
+    let p = 10f64.powf((max / intervals as f64).log10().floor());
+    // (step, intervals) of every spacing that keeps to the count, roundest first.
+    let fits: Vec<(f64, usize)> = STEPS
+        .iter()
+        .flat_map(|m| [m * p, m * p * 10.0])
+        .filter_map(|step| {
+            // A maximum on a tick (to rounding) ends the axis there.
+            let n = ((max / step) * (1.0 - 1e-12)).ceil().max(1.0) as usize;
+            (n <= intervals).then_some((step, n))
+        })
+        .collect();
+    let top = |&(s, n): &(f64, usize)| s * n as f64;
+    let (step, n) = fits
+        .iter()
+        .find(|c| c.1 >= intervals.min(3) && top(c) <= max * 1.2)
+        .or_else(|| fits.iter().min_by(|a, b| top(a).total_cmp(&top(b))))
+        .copied()
+        // 10p is at least max / intervals, so some spacing always fits.
+        .unwrap_or((max, 1));
+    (0..=n).map(|i| i as f64 * step).collect()
+}
+
+/// The upper end of a linear axis from 0 holding `max`, with at most `max_ticks` ticks.
+fn nice_upper_bound(max: f64, max_ticks: usize) -> f64 {
+    linear_ticks(max, max_ticks).last().copied().unwrap_or(1.0)
+}
+
+/// The largest of 1, 2 or 5 times a power of ten at or below `v` (> 0).
+fn floor_125(v: f64) -> f64 {
+    let p = 10f64.powf(v.log10().floor());
+    [5.0, 2.0, 1.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|x| *x <= v * (1.0 + 1e-9))
+        .unwrap_or(p)
+}
+
+/// The smallest of 1, 2 or 5 times a power of ten at or above `v` (> 0).
+fn ceil_125(v: f64) -> f64 {
+    let p = 10f64.powf(v.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|x| *x >= v * (1.0 - 1e-9))
+        .unwrap_or(10.0 * p)
+}
+
+/// A log axis holding `lo..=hi` (both > 0): it runs from the 1-2-5 value at or below
+/// `lo` to the one at or above `hi`; its ticks are 1, 2 and 5 times the powers of ten
+/// inside when they are at most `max_ticks`, else the powers of ten (every second,
+/// third… when those are still too many). Returns (low end, high end, ticks).
+fn log_axis(lo: f64, hi: f64, max_ticks: usize) -> (f64, f64, Vec<f64>) {
+    let a = floor_125(lo);
+    let mut b = ceil_125(hi.max(lo));
+    if b <= a * (1.0 + 1e-9) {
+        b = ceil_125(a * 1.01);
+    }
+    let k0 = (a.log10() - 1e-9).floor() as i32;
+    let k1 = (b.log10() + 1e-9).floor() as i32;
+    let inside = |v: &f64| *v >= a * (1.0 - 1e-9) && *v <= b * (1.0 + 1e-9);
+    let all: Vec<f64> = (k0..=k1)
+        .flat_map(|k| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(k)))
+        .filter(inside)
+        .collect();
+    let decades: Vec<f64> = (k0..=k1).map(|k| 10f64.powi(k)).filter(inside).collect();
+    let ticks = if all.len() <= max_ticks || decades.len() < 2 {
+        // Under a decade and a half, the 1-2-5 values (at most five of them).
+        all.into_iter().take(max_ticks.max(2)).collect()
+    } else if decades.len() <= max_ticks {
+        decades
+    } else {
+        let every = decades.len().div_ceil(max_ticks.max(1));
+        decades.into_iter().step_by(every).collect()
+    };
+    (a, b, ticks)
+}
+
+/// A value axis: linear from 0, or logarithmic, with its ticks.
+#[derive(Clone, Debug)]
+struct Axis {
+    log: bool,
+    lo: f64,
+    hi: f64,
+    ticks: Vec<f64>,
+}
+
+impl Axis {
+    /// A linear axis from 0 to `nice_upper_bound(max)`.
+    fn linear(max: f64, max_ticks: usize) -> Axis {
+        Axis {
+            log: false,
+            lo: 0.0,
+            hi: nice_upper_bound(max, max_ticks),
+            ticks: linear_ticks(max, max_ticks),
+        }
+    }
+
+    /// A log axis holding `lo..=hi`, a little room either side for the dots.
+    fn log(lo: f64, hi: f64, max_ticks: usize) -> Axis {
+        let (lo, hi, ticks) = log_axis(lo / 1.15, hi * 1.15, max_ticks);
+        Axis {
+            log: true,
+            lo,
+            hi,
+            ticks,
+        }
+    }
+
+    /// The axis for `values` (non-finite ones ignored), logarithmic if `log`, with as
+    /// many ticks (up to `MAX_TICKS`) as fit `width` pixels with labels in `unit`.
+    fn fit(values: &[f64], log: bool, unit: &str, width: u32) -> Axis {
+        let finite = || values.iter().copied().filter(|v| v.is_finite());
+        let max = finite().fold(0.0, f64::max);
+        let min_pos = finite().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
+        let make = |n: usize| {
+            if log && min_pos.is_finite() {
+                Axis::log(min_pos, max, n)
+            } else {
+                Axis::linear(max, n)
+            }
+        };
+        let measure = |s: &str| text_width(s, LABEL_PX);
+        (2..=MAX_TICKS)
+            .rev()
+            .map(make)
+            .find(|a| labels_fit(a, unit, width, &measure))
+            .unwrap_or_else(|| make(2))
+    }
+
+    /// Where `v` sits on the drawing coordinate (log10 of it on a log axis, values at
+    /// or below the low end pinned to it).
+    fn pos(&self, v: f64) -> f64 {
+        if self.log {
+            v.max(self.lo).log10()
+        } else {
+            v
+        }
+    }
+
+    /// The value at drawing coordinate `c`.
+    fn value_at(&self, c: f64) -> f64 {
+        if self.log {
+            10f64.powf(c)
+        } else {
+            c
+        }
+    }
+
+    /// The coordinate plotters draws with: the axis' span and ticks.
+    fn ranged(&self) -> Ticked {
+        Ticked {
+            lo: self.pos(self.lo),
+            hi: self.pos(self.hi),
+            ticks: self.ticks.iter().map(|t| self.pos(*t)).collect(),
+        }
+    }
+}
+
+/// Whether the tick labels of `axis` (in `unit`) stand apart on an axis `width`
+/// pixels long: neighbours at least `TICK_GAP` pixels apart, by `measure`.
+fn labels_fit(axis: &Axis, unit: &str, width: u32, measure: &dyn Fn(&str) -> u32) -> bool {
+    let (lo, hi) = (axis.pos(axis.lo), axis.pos(axis.hi));
+    if hi <= lo {
+        return false;
+    }
+    let placed: Vec<(f64, f64)> = axis
+        .ticks
+        .iter()
+        .map(|t| {
+            let x = (axis.pos(*t) - lo) / (hi - lo) * f64::from(width);
+            (x, f64::from(measure(&si_label(*t, unit))))
+        })
+        .collect();
+    placed
+        .windows(2)
+        .all(|w| w[1].0 - w[0].0 >= (w[0].1 + w[1].1) / 2.0 + f64::from(TICK_GAP))
+}
+
+/// A linear drawing coordinate with the ticks given (plotters would pick its own).
+struct Ticked {
+    lo: f64,
+    hi: f64,
+    ticks: Vec<f64>,
+}
+
+impl Ranged for Ticked {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let span = self.hi - self.lo;
+        let f = if span > 0.0 {
+            (v - self.lo) / span
+        } else {
+            0.5
+        };
+        limit.0 + (f * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.lo..self.hi
+    }
+}
+
+/// Whether values spread over more than `decades` powers of ten (all positive ones
+/// counted): such a chart gets a log axis, or the largest flatten the rest.
+fn spans_decades(values: impl Iterator<Item = f64>, decades: f64) -> bool {
+    let (lo, hi) = values
+        .filter(|v| *v > 0.0 && v.is_finite())
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    hi > 0.0 && (hi / lo).log10() > decades
+}
+
+/// The label of a value axis: the metric, its unit where the ticks do not carry it
+/// (times do: "time per test call", ticks "5 ms"), and "log scale" when it is.
+fn axis_desc(name: &str, unit: &str, log: bool) -> String {
+    let base = if time_unit_ns(unit).is_some() {
+        match name.strip_prefix(unit).and_then(|r| r.strip_prefix(' ')) {
+            Some(rest) => format!("time {rest}"),
+            None => name.to_owned(),
+        }
+    } else if unit.is_empty() || name.contains(unit) {
+        name.to_owned()
+    } else {
+        format!("{name} ({unit})")
+    };
+    if log {
+        format!("{base} (log scale)")
+    } else {
+        base
+    }
+}
+
+// --- Text ------------------------------------------------------------------------
+
+/// Width of `text` in pixels at `size`.
+fn text_width(text: &str, size: u32) -> u32 {
+    (FONT, f64::from(size))
+        .into_font()
+        .box_size(text)
+        .map_or_else(|_| text.chars().count() as u32 * size * 6 / 10, |(w, _)| w)
+}
+
+/// `text` in lines no wider than `width` by `measure`, broken at spaces; a word wider
+/// than `width` has a line of its own (a title is never cut).
+fn wrap_words(text: &str, width: u32, measure: &dyn Fn(&str) -> u32) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let candidate = if line.is_empty() {
+            word.to_owned()
+        } else {
+            format!("{line} {word}")
+        };
+        if line.is_empty() || measure(&candidate) <= width {
+            line = candidate;
+        } else {
+            lines.push(std::mem::replace(&mut line, word.to_owned()));
+        }
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// A title set in `width` pixels: the largest of `sizes` (largest first) whose lines
+/// are at most `max_lines` and each fits, else the smallest with as many lines as it
+/// takes. Returns (size, lines).
+fn fit_title(
+    text: &str,
+    width: u32,
+    sizes: &[u32],
+    max_lines: usize,
+    measure: &dyn Fn(&str, u32) -> u32,
+) -> (u32, Vec<String>) {
+    for &size in sizes {
+        let m = |s: &str| measure(s, size);
+        let lines = wrap_words(text, width, &m);
+        if lines.len() <= max_lines && lines.iter().all(|l| m(l) <= width) {
+            return (size, lines);
+        }
+    }
+    let size = sizes.last().copied().unwrap_or(12);
+    (size, wrap_words(text, width, &|s| measure(s, size)))
+}
+
+/// Pixels taken by `lines` lines of text at `size`.
+fn lines_height(size: u32, lines: usize) -> u32 {
+    lines as u32 * (size + size / 4) + 8
+}
+
+/// Draws `lines` centred on `area`, from `top`.
+fn draw_centred(area: &Area<'_>, lines: &[String], size: u32, top: i32) -> ChartResult<()> {
+    let (w, _) = area.dim_in_pixel();
+    let step = (size + size / 4) as i32;
+    for (i, l) in lines.iter().enumerate() {
+        area.draw(&Text::new(
+            l.clone(),
+            (w as i32 / 2, top + i as i32 * step),
+            (FONT, size)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Center, VPos::Top)),
+        ))?;
+    }
+    Ok(())
+}
+
+/// Sets `title` across the top of `area` (wrapped, shrunk to fit); returns the area
+/// below it.
+fn titled<'a>(
+    area: &Area<'a>,
+    title: &str,
+    sizes: &[u32],
+    max_lines: usize,
+) -> ChartResult<Area<'a>> {
+    let (w, _) = area.dim_in_pixel();
+    let (size, lines) = fit_title(title, w.saturating_sub(24), sizes, max_lines, &text_width);
+    draw_centred(area, &lines, size, 6)?;
+    let h = lines_height(size, lines.len()) + 4;
+    Ok(area.clone().margin(h, 0, 0, 0))
+}
+
+// --- Colours and markers -----------------------------------------------------------
+
+/// zonealloc's own variants where peers are compared: strong, distinct hues.
+const ZONEALLOC: [RGBColor; 4] = [
+    RGBColor(0xd6, 0x1a, 0x1a),
+    RGBColor(0x11, 0x4f, 0xc4),
+    RGBColor(0x8e, 0x24, 0xaa),
+    RGBColor(0xf0, 0x7c, 0x00),
+];
+
+/// Variants of an experiment without peers (all zonealloc's): Tableau's strong hues.
+const STRONG: [RGBColor; 8] = [
     RGBColor(0x1f, 0x77, 0xb4),
     RGBColor(0xff, 0x7f, 0x0e),
     RGBColor(0x2c, 0xa0, 0x2c),
@@ -321,15 +829,29 @@ const PALETTE: [RGBColor; 12] = [
     RGBColor(0x94, 0x67, 0xbd),
     RGBColor(0x8c, 0x56, 0x4b),
     RGBColor(0xe3, 0x77, 0xc2),
-    RGBColor(0xbc, 0xbd, 0x22),
     RGBColor(0x17, 0xbe, 0xcf),
-    RGBColor(0x00, 0x00, 0x00),
-    RGBColor(0x00, 0x50, 0x80),
 ];
 
-/// Marker shapes, cycled with a period prime to the palette's, so no two of the
-/// first 12 x 7 series share colour and shape.
-#[derive(Clone, Copy)]
+/// The peers zonealloc is compared with: muted hues, told apart by marker too.
+const MUTED: [RGBColor; 10] = [
+    RGBColor(0x8f, 0xb8, 0xd6),
+    RGBColor(0x9c, 0xc9, 0x8f),
+    RGBColor(0xe6, 0xb8, 0x80),
+    RGBColor(0xb4, 0xa7, 0xd0),
+    RGBColor(0xc4, 0xa5, 0x8e),
+    RGBColor(0xe0, 0xa6, 0xc4),
+    RGBColor(0x8c, 0xc7, 0xc2),
+    RGBColor(0xc9, 0xc7, 0x84),
+    RGBColor(0xa8, 0xb4, 0xbe),
+    RGBColor(0xd9, 0x9a, 0x9a),
+];
+
+/// The baseline row of a table, and the "limit" series.
+const BASELINE: RGBColor = RGBColor(0x70, 0x70, 0x70);
+
+/// Marker shapes, cycled with a period prime to the palettes', so no two series of
+/// one chart share colour and shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Marker {
     Circle,
     Square,
@@ -349,6 +871,141 @@ const MARKERS: [Marker; 7] = [
     Marker::Cross,
     Marker::Plus,
 ];
+
+/// How a variant is drawn relative to the others.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Tier {
+    /// The row others are compared with, or a "limit" that is no allocator.
+    Baseline,
+    /// zonealloc (or, without peers, every variant).
+    Strong,
+    /// A peer.
+    Muted,
+}
+
+/// Colour, marker and weight of one variant, the same in every chart of an experiment.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Style {
+    colour: RGBColor,
+    marker: Marker,
+    tier: Tier,
+}
+
+impl Style {
+    fn line_width(self) -> u32 {
+        match self.tier {
+            Tier::Strong => 4,
+            Tier::Baseline | Tier::Muted => 2,
+        }
+    }
+
+    fn marker_size(self) -> i32 {
+        match self.tier {
+            Tier::Strong => 7,
+            Tier::Baseline | Tier::Muted => 5,
+        }
+    }
+}
+
+/// A variant's allocator: `bsa Heap (spin)` is `bsa Heap`, one colour.
+fn family(variant: &str) -> &str {
+    variant.split(" (").next().unwrap_or(variant)
+}
+
+fn is_zonealloc(family: &str) -> bool {
+    family.starts_with("zonealloc")
+}
+
+/// The styles of an experiment's variants, by family.
+struct Styles(Vec<(String, Style)>);
+
+impl Styles {
+    /// Styles for `names` (families, first appearance first); `baselines` are the
+    /// families that head a table. Where zonealloc is compared with peers, its
+    /// variants get `ZONEALLOC` and the peers `MUTED`; otherwise all get `STRONG`.
+    fn new(names: &[String], baselines: &[String]) -> Styles {
+        let is_base = |n: &str| baselines.iter().any(|b| b == n) || n.starts_with("limit");
+        let peers = names.iter().any(|n| is_zonealloc(n))
+            && names.iter().any(|n| !is_zonealloc(n) && !is_base(n));
+        let (mut z, mut m, mut s, mut b) = (0, 0, 0, 0);
+        let mut out = Vec::new();
+        for n in names {
+            let next = |k: &mut usize| {
+                *k += 1;
+                *k - 1
+            };
+            let style = if is_base(n) {
+                let k = next(&mut b);
+                Style {
+                    colour: BASELINE,
+                    marker: MARKERS[k % MARKERS.len()],
+                    tier: Tier::Baseline,
+                }
+            } else if peers && is_zonealloc(n) {
+                let k = next(&mut z);
+                Style {
+                    colour: ZONEALLOC[k % ZONEALLOC.len()],
+                    marker: MARKERS[k % MARKERS.len()],
+                    tier: Tier::Strong,
+                }
+            } else if peers {
+                // Peers start at the square: the circle is zonealloc's.
+                let k = next(&mut m);
+                Style {
+                    colour: MUTED[k % MUTED.len()],
+                    marker: MARKERS[(k + 1) % MARKERS.len()],
+                    tier: Tier::Muted,
+                }
+            } else {
+                let k = next(&mut s);
+                Style {
+                    colour: STRONG[k % STRONG.len()],
+                    marker: MARKERS[k % MARKERS.len()],
+                    tier: Tier::Strong,
+                }
+            };
+            out.push((n.clone(), style));
+        }
+        Styles(out)
+    }
+
+    /// The styles of every variant of `r`, its tables' and its scaling series'.
+    fn of_experiment(r: &ExperimentResult) -> Styles {
+        let mut names: Vec<String> = Vec::new();
+        let mut add = |n: &str| {
+            if !names.iter().any(|x| x == n) {
+                names.push(n.to_owned());
+            }
+        };
+        for t in &r.tables {
+            for row in &t.rows {
+                add(family(&row.variant));
+            }
+        }
+        for s in r.scaling.iter().flat_map(|s| &s.series) {
+            add(family(&s.name));
+        }
+        let baselines: Vec<String> = r
+            .tables
+            .iter()
+            .filter_map(|t| t.rows.first())
+            .map(|r| family(&r.variant).to_owned())
+            .collect();
+        Styles::new(&names, &baselines)
+    }
+
+    fn of(&self, variant: &str) -> Style {
+        let f = family(variant);
+        self.0.iter().find(|(n, _)| n == f).map_or(
+            Style {
+                colour: BASELINE,
+                marker: Marker::Circle,
+                tier: Tier::Baseline,
+            },
+            |(_, s)| *s,
+        )
+    }
+}
 
 /// The marker's outline around `(x, y)` in pixels, `r` its half size.
 fn marker_points(m: Marker, (x, y): (i32, i32), r: i32) -> Vec<(i32, i32)> {
@@ -380,400 +1037,1180 @@ fn marker_points(m: Marker, (x, y): (i32, i32), r: i32) -> Vec<(i32, i32)> {
     }
 }
 
-/// Draws marker `m` of colour `c` at pixel `at` on `area`.
-fn draw_marker<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
+/// Draws marker `m` of colour `c` at pixel `at` of `area`, filled or (`filled`
+/// false) as an outline.
+fn draw_marker(
+    area: &Area<'_>,
     m: Marker,
     at: (i32, i32),
     r: i32,
     c: RGBColor,
-) -> ChartResult<()>
-where
-    DB::ErrorType: 'static,
-{
+    filled: bool,
+) -> ChartResult<()> {
     let (x, y) = at;
+    let w = (r / 3).max(2) as u32;
     match m {
         Marker::Cross => {
-            area.draw(&PathElement::new(
-                [(x - r, y - r), (x + r, y + r)],
-                c.stroke_width(3),
-            ))?;
-            area.draw(&PathElement::new(
-                [(x - r, y + r), (x + r, y - r)],
-                c.stroke_width(3),
-            ))?;
+            for (a, b) in [
+                ((x - r, y - r), (x + r, y + r)),
+                ((x - r, y + r), (x + r, y - r)),
+            ] {
+                area.draw(&PathElement::new([a, b], c.stroke_width(w + 1)))?;
+            }
         }
         Marker::Plus => {
-            area.draw(&PathElement::new(
-                [(x - r - 1, y), (x + r + 1, y)],
-                c.stroke_width(3),
-            ))?;
-            area.draw(&PathElement::new(
-                [(x, y - r - 1), (x, y + r + 1)],
-                c.stroke_width(3),
-            ))?;
+            for (a, b) in [
+                ((x - r - 1, y), (x + r + 1, y)),
+                ((x, y - r - 1), (x, y + r + 1)),
+            ] {
+                area.draw(&PathElement::new([a, b], c.stroke_width(w + 1)))?;
+            }
         }
         _ => {
-            area.draw(&Polygon::new(marker_points(m, at, r), c.filled()))?;
+            let mut pts = marker_points(m, at, r);
+            if filled {
+                area.draw(&Polygon::new(pts, c.filled()))?;
+            } else {
+                area.draw(&Polygon::new(pts.clone(), WHITE.filled()))?;
+                pts.push(pts[0]);
+                area.draw(&PathElement::new(pts, c.stroke_width(w)))?;
+            }
         }
     }
     Ok(())
 }
 
-/// Writes the experiment's charts into `dir`: `NAME.png` (one panel per table:
-/// medians as bars, min–max as whiskers, value and ratio beside each bar) and, if it
-/// has a scaling series, `NAME-scaling.png`. Returns the files written.
+/// `chart`'s pixel for `(x, y)`, relative to `area`.
+fn pixel_in<X, Y>(
+    chart: &ChartContext<'_, BitMapBackend<'_>, Cartesian2d<X, Y>>,
+    area: &Area<'_>,
+    at: (f64, f64),
+) -> (i32, i32)
+where
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    let (x, y) = chart.backend_coord(&at);
+    let (bx, by) = area.get_base_pixel();
+    (x - bx, y - by)
+}
+
+// --- Writing the charts ----------------------------------------------------------
+
+/// Writes the experiment's charts into `dir` and returns the files written:
+/// `NAME.png`, one panel per table (median bar, or dot on a log axis; min–max
+/// whisker; value and ratio beside it); past `SUMMARY_OVER` tables, `NAME.png` is a
+/// summary (each table's variants against its baseline) and the panels go to
+/// `NAME-detail.png`; with a scaling series, `NAME-scaling.png`.
 ///
 /// # Errors
 /// Drawing or encoding errors.
 pub fn write_charts(dir: &Path, r: &ExperimentResult) -> ChartResult<Vec<PathBuf>> {
     register_font();
+    let styles = Styles::of_experiment(r);
     let mut files = Vec::new();
     if !r.tables.is_empty() {
-        let path = dir.join(format!("{}.png", r.name));
-        tables_chart(&path, r)?;
-        files.push(path);
+        let main = dir.join(format!("{}.png", r.name));
+        if r.tables.len() > SUMMARY_OVER {
+            let detail_name = format!("{}-detail.png", r.name);
+            let detail = dir.join(&detail_name);
+            summary_chart(&main, r, &styles, &detail_name)?;
+            tables_chart(&detail, r, &styles)?;
+            files.push(main);
+            files.push(detail);
+        } else {
+            tables_chart(&main, r, &styles)?;
+            files.push(main);
+        }
     }
     if let Some(s) = &r.scaling {
         let path = dir.join(format!("{}-scaling.png", r.name));
-        scaling_chart(&path, s)?;
+        scaling_chart(&path, s, &styles)?;
         files.push(path);
     }
     Ok(files)
 }
 
-/// Whether values spread over more than `decades` powers of ten (all positive ones
-/// counted): such a chart gets a log axis, or the largest flatten the rest.
-fn spans_decades(values: impl Iterator<Item = f64>, decades: f64) -> bool {
-    let (lo, hi) = values
-        .filter(|v| *v > 0.0)
-        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
-    hi > 0.0 && (hi / lo).log10() > decades
+/// Height of one row of a panel, pixels.
+const ROW_H: u32 = 30;
+/// Height of the tick labels and axis label under a plot.
+const X_AREA_H: u32 = 50;
+
+/// Title of a table's panel: the table's own (what, parameters, unit).
+fn panel_title(t: &Table) -> String {
+    if t.title.trim().is_empty() {
+        t.id.clone()
+    } else {
+        t.title.clone()
+    }
 }
 
-/// Panels of horizontal bars, one row per variant: names never overlap, and each
-/// value sits at the end of its own bar.
-fn tables_chart(path: &Path, r: &ExperimentResult) -> ChartResult<()> {
+/// Font size and lines of a panel title `w` pixels wide.
+fn panel_title_lines(t: &Table, w: u32) -> (u32, Vec<String>) {
+    fit_title(
+        &panel_title(t),
+        w.saturating_sub(24),
+        &[17, 15, 14, 13],
+        2,
+        &text_width,
+    )
+}
+
+/// Height of table `t`'s panel `w` pixels wide.
+fn panel_height(t: &Table, w: u32) -> u32 {
+    let (size, lines) = panel_title_lines(t, w);
+    lines_height(size, lines.len()) + t.rows.len() as u32 * ROW_H + X_AREA_H + 14
+}
+
+/// Panels of horizontal bars (or dots on a log axis), one row per variant, the
+/// baseline on top: names never overlap, each value and ratio in a column right of
+/// the plot.
+fn tables_chart(path: &Path, r: &ExperimentResult, styles: &Styles) -> ChartResult<()> {
     let n = r.tables.len();
     let cols = n.clamp(1, 2);
-    let rows = n.div_ceil(cols);
-    let bars = r.tables.iter().map(|t| t.rows.len()).max().unwrap_or(1) as u32;
-    let (pw, ph) = (720u32, 90 + 32 * bars);
-    let root =
-        BitMapBackend::new(path, (pw * cols as u32, ph * rows as u32 + 60)).into_drawing_area();
+    let width = PANEL_W * cols as u32;
+    let title = format!(
+        "{}: median of runs as a bar (a dot on a log axis), min–max as a whisker; right \
+         of each plot the median and its ratio to the panel's first row (* significant, \
+         p < {ALPHA})",
+        r.name
+    );
+    let (tsize, tlines) = fit_title(&title, width - 24, &[19, 17, 15], 3, &text_width);
+    let title_h = lines_height(tsize, tlines.len()) + 6;
+    let grid_rows: Vec<&[Table]> = r.tables.chunks(cols).collect();
+    let heights: Vec<u32> = grid_rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|t| panel_height(t, PANEL_W))
+                .max()
+                .unwrap_or(100)
+        })
+        .collect();
+    let height = title_h + heights.iter().sum::<u32>();
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
     root.fill(&WHITE)?;
-    let root = root.titled(
-        &format!(
-            "{}: median of runs (bar), min–max (whisker), ratio to the first row (* significant)",
-            r.name
-        ),
-        (FONT, 22),
-    )?;
-    let panels = root.split_evenly((rows, cols));
-    // One colour per variant across the panels: `bsa Heap (spin)` is `bsa Heap`.
-    let base = |v: &str| -> String { v.split(" (").next().unwrap_or(v).to_string() };
-    let mut names: Vec<String> = Vec::new();
-    for t in &r.tables {
-        for row in &t.rows {
-            if !names.contains(&base(&row.variant)) {
-                names.push(base(&row.variant));
-            }
+    draw_centred(&root, &tlines, tsize, 6)?;
+    let mut rest = root.clone().margin(title_h, 0, 0, 0);
+    for (row, h) in grid_rows.iter().zip(&heights) {
+        let (this, below) = rest.split_vertically(*h);
+        for (k, t) in row.iter().enumerate() {
+            let (_, right) = this.split_horizontally(PANEL_W * k as u32);
+            let (panel, _) = right.split_horizontally(PANEL_W);
+            table_panel(&panel, t, styles)?;
         }
-    }
-    for (panel, t) in panels.iter().zip(&r.tables) {
-        let colours: Vec<RGBColor> = t
-            .rows
-            .iter()
-            .map(|row| {
-                let k = names
-                    .iter()
-                    .position(|n| *n == base(&row.variant))
-                    .unwrap_or(0);
-                PALETTE[k % PALETTE.len()]
-            })
-            .collect();
-        if spans_decades(t.rows.iter().flat_map(|r| [r.min, r.max]), 1.5) {
-            let lo = t
-                .rows
-                .iter()
-                .flat_map(|r| [r.min, r.median])
-                .filter(|v| *v > 0.0)
-                .fold(f64::INFINITY, f64::min);
-            let hi = t.rows.iter().map(|r| r.max).fold(0.0, f64::max);
-            let floor = 10f64.powf((lo.log10() - 0.3).floor());
-            // Room right of the largest bar for its label: two decades and more.
-            let top = hi * 200.0;
-            table_panel(
-                panel,
-                t,
-                &colours,
-                (floor..top).log_scale(),
-                floor,
-                true,
-                top,
-            )?;
-        } else {
-            let hi = t.rows.iter().map(|r| r.max).fold(0.0, f64::max);
-            let top = if hi > 0.0 { hi * 1.7 } else { 1.0 };
-            table_panel(panel, t, &colours, 0f64..top, 0.0, false, top)?;
-        }
+        rest = below;
     }
     root.present()?;
     Ok(())
 }
 
-fn table_panel<DB, X>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    t: &Table,
-    colours: &[RGBColor],
-    x: X,
-    floor: f64,
-    log: bool,
-    top: f64,
-) -> ChartResult<()>
-where
-    DB: DrawingBackend,
-    DB::ErrorType: 'static,
-    X: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
-    X::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
-{
-    let n = t.rows.len() as u32;
-    let names: Vec<String> = t.rows.iter().map(|r| r.variant.clone()).collect();
-    let mut chart = ChartBuilder::on(area)
-        .caption(
-            format!("{}{}", t.id, if log { " (log scale)" } else { "" }),
-            (FONT, 20),
-        )
-        .margin(10)
-        .margin_right(16)
-        .x_label_area_size(40)
-        .y_label_area_size(235)
-        .build_cartesian_2d(x, (0..n.saturating_sub(1)).into_segmented())?;
+/// The value column's text for a table row: median with unit, ratio to the first row.
+fn value_label(t: &Table, i: usize, log: bool) -> String {
+    let r = &t.rows[i];
+    let ratio = if i == 0 {
+        "baseline".to_owned()
+    } else {
+        ratio_label(r.ratio, r.significant)
+    };
+    let off = if log && r.median <= 0.0 {
+        " (off the log axis)"
+    } else {
+        ""
+    };
+    format!("{}{off}  {ratio}", si_value(r.median, &t.metric.unit))
+        .trim_end()
+        .to_owned()
+}
+
+/// One table's panel.
+fn table_panel(area: &Area<'_>, t: &Table, styles: &Styles) -> ChartResult<()> {
+    let (w, h) = area.dim_in_pixel();
+    // A panel in a grid row of taller ones keeps its own height (its bars as thick).
+    let (area, _) = area.split_vertically(panel_height(t, w).min(h));
+    let area = &area;
+    let (size, lines) = panel_title_lines(t, w);
+    draw_centred(area, &lines, size, 4)?;
+    let body = area
+        .clone()
+        .margin(lines_height(size, lines.len()), 0, 0, 0);
+    let n = t.rows.len();
+    let unit = t.metric.unit.as_str();
+    let values: Vec<f64> = t
+        .rows
+        .iter()
+        .flat_map(|r| [r.min, r.median, r.max])
+        .collect();
+    let log = spans_decades(values.iter().copied(), 1.5);
+    let labels: Vec<String> = (0..n).map(|i| value_label(t, i, log)).collect();
+    let names_w = t
+        .rows
+        .iter()
+        .map(|r| text_width(&r.variant, LABEL_PX))
+        .max()
+        .unwrap_or(0)
+        .saturating_add(26)
+        .min(w * 45 / 100);
+    let value_w = labels
+        .iter()
+        .map(|l| text_width(l, LABEL_PX))
+        .max()
+        .unwrap_or(0)
+        + 24;
+    let plot_w = w.saturating_sub(names_w + value_w + 8).max(80);
+    let axis = Axis::fit(&values, log, unit, plot_w);
+    let desc = axis_desc(&t.metric.name, unit, log);
+    let desc_px = [LABEL_PX, 14, 13, 12, 11]
+        .into_iter()
+        .find(|s| text_width(&desc, *s) <= plot_w + 2 * names_w.min(value_w))
+        .unwrap_or(11);
+    let centres: Vec<f64> = (0..n).map(|i| (n - i) as f64 - 0.5).collect();
+    let mut chart = ChartBuilder::on(&body)
+        .margin_top(2)
+        .margin_bottom(8)
+        .margin_left(4)
+        .margin_right(value_w)
+        .x_label_area_size(X_AREA_H - 4)
+        .y_label_area_size(names_w)
+        .build_cartesian_2d(
+            axis.ranged(),
+            Ticked {
+                lo: 0.0,
+                hi: n as f64,
+                ticks: centres,
+            },
+        )?;
+    let name_at = |y: &f64| {
+        let i = (n as f64 - 0.5 - y).round();
+        if i >= 0.0 {
+            t.rows.get(i as usize).map(|r| r.variant.clone())
+        } else {
+            None
+        }
+        .unwrap_or_default()
+    };
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(n as usize)
-        .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
-            _ => String::new(),
-        })
-        .x_label_formatter(&|v| num(*v))
-        .x_desc(&t.metric.unit)
-        .label_style((FONT, 17))
-        .axis_desc_style((FONT, 17))
+        .bold_line_style(BLACK.mix(0.12))
+        .y_label_formatter(&name_at)
+        .x_label_formatter(&|x| si_label(axis.value_at(*x), unit))
+        .x_desc(desc)
+        .label_style((FONT, LABEL_PX))
+        .axis_desc_style((FONT, desc_px))
         .draw()?;
-    let at = |v: f64| if log { v.max(floor) } else { v };
-    chart.draw_series(t.rows.iter().zip(0u32..).map(|(r, i)| {
-        let mut bar = Rectangle::new(
-            [
-                (floor, SegmentValue::Exact(i)),
-                (at(r.median), SegmentValue::Exact(i + 1)),
-            ],
-            colours[i as usize].mix(0.8).filled(),
-        );
-        bar.set_margin(5, 5, 0, 0);
-        bar
-    }))?;
-    chart.draw_series(t.rows.iter().zip(0u32..).map(|(r, i)| {
-        ErrorBar::new_horizontal(
-            SegmentValue::CenterOf(i),
-            at(r.min),
-            at(r.median),
-            at(r.max),
-            BLACK.stroke_width(2),
-            10,
-        )
-    }))?;
-    chart.draw_series(t.rows.iter().zip(0u32..).map(|(r, i)| {
-        let ratio = if r.ratio.is_finite() {
-            format!("  {:.2}x{}", r.ratio, if r.significant { "*" } else { "" })
-        } else {
-            String::new()
-        };
-        let label = format!("{} {}{ratio}", num(r.median), t.metric.unit);
-        // Clear of the whisker's cap.
-        let x = if log {
-            at(r.max) * 1.3
-        } else {
-            at(r.max) + top * 0.015
-        };
-        Text::new(
-            format!(" {label}"),
-            (x, SegmentValue::CenterOf(i)),
-            TextStyle::from((FONT, 16).into_font()).pos(Pos::new(HPos::Left, VPos::Center)),
-        )
-    }))?;
+    let plot_right = chart.plotting_area().get_pixel_range().0.end - body.get_base_pixel().0;
+    for (i, r) in t.rows.iter().enumerate() {
+        let y = (n - i) as f64 - 0.5;
+        let style = styles.of(&r.variant);
+        if r.median.is_finite() && !log {
+            chart.draw_series(std::iter::once(Rectangle::new(
+                [(axis.pos(0.0), y - 0.34), (axis.pos(r.median), y + 0.34)],
+                style.colour.mix(0.85).filled(),
+            )))?;
+        }
+        if r.min.is_finite() && r.max.is_finite() && r.max > r.min {
+            let (a, b) = (axis.pos(r.min), axis.pos(r.max));
+            chart.draw_series(
+                [
+                    vec![(a, y), (b, y)],
+                    vec![(a, y - 0.18), (a, y + 0.18)],
+                    vec![(b, y - 0.18), (b, y + 0.18)],
+                ]
+                .into_iter()
+                .map(|p| PathElement::new(p, BLACK.stroke_width(2))),
+            )?;
+        }
+        if log && r.median > 0.0 && r.median.is_finite() {
+            let at = pixel_in(&chart, &body, (axis.pos(r.median), y));
+            draw_marker(&body, Marker::Circle, at, 8, BLACK, true)?;
+            draw_marker(&body, Marker::Circle, at, 6, style.colour, true)?;
+        }
+        let (_, py) = pixel_in(&chart, &body, (axis.pos(axis.lo), y));
+        body.draw(&Text::new(
+            labels[i].clone(),
+            (plot_right + 10, py),
+            (FONT, LABEL_PX)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
+    }
     Ok(())
 }
 
-/// Colour and marker of the `k`-th series of a scaling chart (the palette's grey is
-/// left to the tables' baseline).
-fn series_style(k: usize) -> (RGBColor, Marker) {
-    (PALETTE[(k + 1) % PALETTE.len()], MARKERS[k % MARKERS.len()])
+// --- Summary -----------------------------------------------------------------------
+
+/// How much better `row` is than table `t`'s baseline (its first row): baseline /
+/// median where lower is better, median / baseline where higher is; above 1 is
+/// better. `None` where that is not a number.
+fn gain(t: &Table, row: &Row) -> Option<f64> {
+    let base = t.rows.first()?.median;
+    let g = if t.metric.lower_is_better {
+        base / row.median
+    } else {
+        row.median / base
+    };
+    (g.is_finite() && g >= 0.0).then_some(g)
 }
 
-/// Throughput against threads: one colour and one marker per series, a log axis
-/// when the series span decades, the legend beside the plot.
-fn scaling_chart(path: &Path, s: &Scaling) -> ChartResult<()> {
-    let legend_w = 280u32;
+/// Where a target reads on the gain axis of a summary: a "change" in % is the gain
+/// less one (the experiments define it as baseline / after − 1 for times, after /
+/// baseline − 1 for rates), a "speed-up" in x is the gain. Other targets (absolute
+/// times, capacities, ratios between different tables) are not drawn there.
+fn target_gain(t: &Target) -> Option<f64> {
+    if t.unit == "%" && t.what.contains("change") {
+        Some(1.0 + t.threshold / 100.0)
+    } else if t.unit == "x" && t.what.contains("speed-up") {
+        Some(t.threshold)
+    } else {
+        None
+    }
+}
+
+/// The tables split by the text before the first ": " of their titles ("sim",
+/// "mapped") when that makes 2 to 4 groups of at least 2 tables each; otherwise one
+/// group, without a name.
+fn group_tables(tables: &[Table]) -> Vec<(Option<String>, Vec<&Table>)> {
+    let mut groups: Vec<(Option<String>, Vec<&Table>)> = Vec::new();
+    for t in tables {
+        let prefix = t.title.split_once(": ").map(|(p, _)| p.to_owned());
+        match groups.iter_mut().find(|(p, _)| *p == prefix) {
+            Some((_, g)) => g.push(t),
+            None => groups.push((prefix, vec![t])),
+        }
+    }
+    let named = groups.iter().all(|(p, g)| p.is_some() && g.len() >= 2);
+    if named && (2..=4).contains(&groups.len()) {
+        groups
+    } else {
+        vec![(None, tables.iter().collect())]
+    }
+}
+
+/// A table's row label in the summary: its title less the group's name, or (without
+/// groups) its title up to the first ": " (what and parameters, not the metric).
+fn summary_label(t: &Table, group: Option<&str>) -> String {
+    let title = panel_title(t);
+    match group {
+        Some(g) => title
+            .strip_prefix(g)
+            .and_then(|s| s.strip_prefix(": "))
+            .unwrap_or(&title)
+            .to_owned(),
+        None => title.split(": ").next().unwrap_or(&title).to_owned(),
+    }
+}
+
+/// The most rows in one summary panel (more are split into panels side by side).
+const SUMMARY_ROWS: usize = 18;
+
+/// One panel of the summary: a name and its tables.
+struct SummaryPanel<'a> {
+    name: Option<String>,
+    tables: Vec<&'a Table>,
+}
+
+/// An entry of a legend.
+enum Key {
+    /// A variant's marker.
+    Dot(Style, String),
+    /// A line (colour, dashed).
+    Line(RGBColor, bool, String),
+    /// A hollow marker.
+    Hollow(String),
+}
+
+fn key_text(key: &Key) -> &str {
+    match key {
+        Key::Dot(_, t) | Key::Line(_, _, t) | Key::Hollow(t) => t,
+    }
+}
+
+/// Where each of `keys` goes in a legend `width` pixels wide, left to right and
+/// wrapping to new lines (`measure` gives a text's width): the centre-left points of
+/// their glyphs, and the height the legend takes.
+fn legend_layout(
+    keys: &[Key],
+    width: u32,
+    measure: &dyn Fn(&str) -> u32,
+) -> (Vec<(i32, i32)>, u32) {
+    let line_h = 26;
+    let (mut x, mut y) = (12i32, 14i32);
+    let mut at = Vec::new();
+    for key in keys {
+        let item_w = 40 + measure(key_text(key)) as i32 + 24;
+        if x > 12 && x + item_w > width as i32 - 12 {
+            x = 12;
+            y += line_h;
+        }
+        at.push((x, y));
+        x += item_w;
+    }
+    (at, y as u32 + 16)
+}
+
+/// Draws `keys` at the places `legend_layout` gave.
+fn draw_legend(area: &Area<'_>, keys: &[Key], at: &[(i32, i32)]) -> ChartResult<()> {
+    for (key, &(x, y)) in keys.iter().zip(at) {
+        match key {
+            Key::Dot(s, _) => {
+                draw_marker(area, s.marker, (x + 16, y), s.marker_size(), s.colour, true)?;
+            }
+            Key::Line(c, dashed, _) => {
+                if *dashed {
+                    area.draw(&DashedPathElement::new(
+                        [(x + 2, y), (x + 32, y)],
+                        6,
+                        4,
+                        c.stroke_width(3),
+                    ))?;
+                } else {
+                    area.draw(&PathElement::new(
+                        [(x + 2, y), (x + 32, y)],
+                        c.stroke_width(2),
+                    ))?;
+                }
+            }
+            Key::Hollow(_) => {
+                draw_marker(area, Marker::Circle, (x + 16, y), 6, BASELINE, false)?;
+            }
+        }
+        area.draw(&Text::new(
+            key_text(key).to_owned(),
+            (x + 40, y),
+            (FONT, LABEL_PX)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
+    }
+    Ok(())
+}
+
+/// One dot per variant and table: each table's variants against its baseline, a
+/// panel per group of tables, the targets that read on that axis as dashed lines;
+/// the legend above the panels.
+fn summary_chart(
+    path: &Path,
+    r: &ExperimentResult,
+    styles: &Styles,
+    detail_name: &str,
+) -> ChartResult<()> {
+    // Tables whose baseline is 0 (or no number) have no ratio to show.
+    let shown: Vec<Table> = r
+        .tables
+        .iter()
+        .filter(|t| {
+            t.rows.len() > 1
+                && t.rows
+                    .first()
+                    .is_some_and(|b| b.median.is_finite() && b.median > 0.0)
+        })
+        .cloned()
+        .collect();
+    let left_out: Vec<String> = r
+        .tables
+        .iter()
+        .filter(|t| !shown.iter().any(|s| s.id == t.id))
+        .map(|t| summary_label(t, None))
+        .collect();
+    let mut panels: Vec<SummaryPanel<'_>> = Vec::new();
+    for (name, tables) in group_tables(&shown) {
+        let parts = tables.len().div_ceil(SUMMARY_ROWS);
+        let per = tables.len().div_ceil(parts.max(1));
+        for chunk in tables.chunks(per.max(1)) {
+            panels.push(SummaryPanel {
+                name: name.clone(),
+                tables: chunk.to_vec(),
+            });
+        }
+    }
+    // Legend: every variant that has a dot, zonealloc's first; baseline; targets.
+    let mut variants: Vec<String> = Vec::new();
+    for t in &shown {
+        for row in &t.rows[1..] {
+            if !variants.iter().any(|v| v == family(&row.variant)) {
+                variants.push(family(&row.variant).to_owned());
+            }
+        }
+    }
+    variants.sort_by_key(|v| styles.of(v).tier != Tier::Strong);
+    let targets: Vec<(&Target, f64)> = r
+        .targets
+        .iter()
+        .filter_map(|t| target_gain(t).map(|g| (t, g)))
+        .collect();
+    let mut keys: Vec<Key> = variants
+        .iter()
+        .map(|v| Key::Dot(styles.of(v), v.clone()))
+        .collect();
+    keys.push(Key::Hollow(format!(
+        "hollow: not significant (p ≥ {ALPHA})"
+    )));
+    let mut baselines: Vec<&str> = shown.iter().map(|t| t.rows[0].variant.as_str()).collect();
+    baselines.dedup();
+    keys.push(Key::Line(
+        BLACK,
+        false,
+        match baselines[..] {
+            [one] => format!("1 = {one} (the baseline)"),
+            _ => "1 = the baseline".into(),
+        },
+    ));
+    for (t, g) in &targets {
+        keys.push(Key::Line(
+            TARGET,
+            true,
+            format!(
+                "target {} {}: {}",
+                if t.at_most { "≤" } else { "≥" },
+                ratio_label(*g, false),
+                t.what
+            ),
+        ));
+    }
+    let all_lower = shown.iter().all(|t| t.metric.lower_is_better);
+    let all_higher = shown.iter().all(|t| !t.metric.lower_is_better);
+    let rule = if all_lower {
+        "baseline median ÷ median"
+    } else if all_higher {
+        "median ÷ baseline median"
+    } else {
+        "baseline ÷ median where lower is better, median ÷ baseline where higher is"
+    };
+    let mut title = format!(
+        "{}: each panel's variants against its first row (the baseline), {rule}; above 1 \
+         is better. One row per panel of {detail_name}",
+        r.name
+    );
+    if !left_out.is_empty() {
+        title.push_str(&format!(
+            " (not here, their baseline is 0: {})",
+            left_out.join("; ")
+        ));
+    }
+
+    // Sizes: the row label column is as wide as the widest label allows, up to half
+    // a panel; labels wrap past that.
+    let width = SUMMARY_W;
+    let panel_w = width / panels.len().max(1) as u32;
+    let (tsize, tlines) = fit_title(&title, width - 24, &[19, 17, 15], 3, &text_width);
+    let title_h = lines_height(tsize, tlines.len()) + 4;
+    let (legend_at, legend_h) = legend_layout(&keys, width, &|s| text_width(s, LABEL_PX));
+    let layouts: Vec<(u32, Vec<Vec<String>>)> = panels
+        .iter()
+        .map(|p| {
+            let labels: Vec<String> = p
+                .tables
+                .iter()
+                .map(|t| summary_label(t, p.name.as_deref()))
+                .collect();
+            let widest = labels
+                .iter()
+                .map(|l| text_width(l, LABEL_PX))
+                .max()
+                .unwrap_or(0);
+            let names_w = (widest + 16).min(panel_w / 2);
+            let wrapped = labels
+                .iter()
+                .map(|l| wrap_words(l, names_w - 16, &|s| text_width(s, LABEL_PX)))
+                .collect();
+            (names_w, wrapped)
+        })
+        .collect();
+    let row_h = layouts
+        .iter()
+        .flat_map(|(_, w)| w.iter().map(Vec::len))
+        .max()
+        .map_or(ROW_H, |lines| ROW_H.max(lines as u32 * 18 + 8));
+    let rows = panels.iter().map(|p| p.tables.len()).max().unwrap_or(1) as u32;
+    // One axis for every panel, so that their dots compare: every gain, 1 and the
+    // targets, ticks for the narrowest plot.
+    let mut values: Vec<f64> = shown
+        .iter()
+        .flat_map(|t| t.rows[1..].iter().filter_map(|row| gain(t, row)))
+        .chain(targets.iter().map(|(_, g)| *g))
+        .collect();
+    values.push(1.0);
+    let log = spans_decades(values.iter().copied(), 1.0);
+    let widest_names = layouts.iter().map(|(w, _)| *w).max().unwrap_or(0);
+    let axis = Axis::fit(
+        &values,
+        log,
+        "",
+        panel_w.saturating_sub(widest_names + 110).max(80),
+    );
+    let panel_title_h = if panels.iter().any(|p| p.name.is_some()) {
+        30
+    } else {
+        0
+    };
+    let height = title_h + legend_h + panel_title_h + rows * row_h + X_AREA_H + 20;
+
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    draw_centred(&root, &tlines, tsize, 6)?;
+    let below = root.clone().margin(title_h, 0, 0, 0);
+    draw_legend(&below, &keys, &legend_at)?;
+    let below = below.margin(legend_h, 0, 0, 0);
+    for (k, (p, (names_w, labels))) in panels.iter().zip(&layouts).enumerate() {
+        let (_, right) = below.split_horizontally(panel_w * k as u32);
+        let (area, _) = right.split_horizontally(panel_w);
+        if let Some(name) = &p.name {
+            draw_centred(
+                &area,
+                &[format!("{name} ({} panels)", p.tables.len())],
+                17,
+                2,
+            )?;
+        }
+        let body = area.clone().margin(panel_title_h, 0, 0, 0);
+        let lines: Vec<f64> = targets
+            .iter()
+            .filter(|(t, _)| match &p.name {
+                Some(n) => {
+                    t.what.starts_with(&format!("{n}:"))
+                        || !panels
+                            .iter()
+                            .filter_map(|q| q.name.as_deref())
+                            .any(|q| t.what.starts_with(&format!("{q}:")))
+                }
+                None => true,
+            })
+            .map(|(_, g)| *g)
+            .collect();
+        summary_panel(&body, p, styles, (*names_w, labels), &lines, &axis, rule)?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// Colour of target lines.
+const TARGET: RGBColor = RGBColor(0xc0, 0x00, 0x00);
+
+/// One panel of the summary: a row per table, a dot per variant at its gain.
+fn summary_panel(
+    area: &Area<'_>,
+    p: &SummaryPanel<'_>,
+    styles: &Styles,
+    (names_w, labels): (u32, &[Vec<String>]),
+    target_lines: &[f64],
+    axis: &Axis,
+    rule: &str,
+) -> ChartResult<()> {
+    let (w, _) = area.dim_in_pixel();
+    let n = p.tables.len();
+    let dots: Vec<Vec<(Style, Option<f64>, bool)>> = p
+        .tables
+        .iter()
+        .map(|t| {
+            t.rows[1..]
+                .iter()
+                .map(|row| (styles.of(&row.variant), gain(t, row), row.significant))
+                .collect()
+        })
+        .collect();
+    let log = axis.log;
+    // With one variant per table, its gain is written beside the plot.
+    let single = p.tables.iter().all(|t| t.rows.len() == 2);
+    let value_labels: Vec<String> = p
+        .tables
+        .iter()
+        .map(|t| {
+            if single {
+                gain(t, &t.rows[1])
+                    .map(|g| ratio_label(g, t.rows[1].significant))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .collect();
+    let value_w = value_labels
+        .iter()
+        .map(|l| text_width(l, LABEL_PX))
+        .max()
+        .unwrap_or(0)
+        + 20;
+    let plot_w = w.saturating_sub(names_w + value_w + 8).max(80);
+    let desc = axis_desc(&format!("gain over the baseline: {rule} (x)"), "", log);
+    let desc_px = [LABEL_PX, 14, 13, 12, 11]
+        .into_iter()
+        .find(|s| text_width(&desc, *s) <= plot_w + names_w)
+        .unwrap_or(11);
+    let mut chart = ChartBuilder::on(area)
+        .margin_top(2)
+        .margin_bottom(8)
+        .margin_left(4)
+        .margin_right(value_w)
+        .x_label_area_size(X_AREA_H - 4)
+        .y_label_area_size(names_w)
+        .build_cartesian_2d(
+            axis.ranged(),
+            Ticked {
+                lo: 0.0,
+                hi: n as f64,
+                ticks: (0..n).map(|i| (n - i) as f64 - 0.5).collect(),
+            },
+        )?;
+    chart
+        .configure_mesh()
+        .bold_line_style(BLACK.mix(0.12))
+        .y_label_formatter(&|_| String::new())
+        .x_label_formatter(&|x| si_label(axis.value_at(*x), ""))
+        .x_desc(desc)
+        .label_style((FONT, LABEL_PX))
+        .axis_desc_style((FONT, desc_px))
+        .draw()?;
+    let (top, bottom) = (n as f64, 0.0);
+    chart.draw_series(std::iter::once(PathElement::new(
+        vec![(axis.pos(1.0), bottom), (axis.pos(1.0), top)],
+        BLACK.stroke_width(2),
+    )))?;
+    for g in target_lines {
+        chart.draw_series(std::iter::once(DashedPathElement::new(
+            vec![(axis.pos(*g), bottom), (axis.pos(*g), top)],
+            8,
+            5,
+            TARGET.stroke_width(3),
+        )))?;
+    }
+    let plot = chart.plotting_area().get_pixel_range();
+    let (bx, _) = area.get_base_pixel();
+    let (plot_left, plot_right) = (plot.0.start - bx, plot.0.end - bx);
+    for (i, (row_dots, lines)) in dots.iter().zip(labels).enumerate() {
+        let y = (n - i) as f64 - 0.5;
+        let (_, py) = pixel_in(&chart, area, (axis.pos(axis.lo), y));
+        // The row's label, right-aligned against the plot, its lines centred on the row.
+        let step = 18;
+        let first = py - (lines.len() as i32 - 1) * step / 2;
+        for (k, l) in lines.iter().enumerate() {
+            area.draw(&Text::new(
+                l.clone(),
+                (plot_left - 10, first + k as i32 * step),
+                (FONT, LABEL_PX)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Right, VPos::Center)),
+            ))?;
+        }
+        // Muted dots first, zonealloc's on top.
+        let mut order: Vec<&(Style, Option<f64>, bool)> = row_dots.iter().collect();
+        order.sort_by_key(|d| d.0.tier == Tier::Strong);
+        for (style, g, significant) in order {
+            let Some(g) = *g else { continue };
+            if log && g <= 0.0 {
+                // Zero has no place on a log axis: its marker at the left end, "0"
+                // beside it.
+                let at = (plot_left + 8, py);
+                draw_marker(
+                    area,
+                    style.marker,
+                    at,
+                    style.marker_size(),
+                    style.colour,
+                    true,
+                )?;
+                area.draw(&Text::new(
+                    "= 0",
+                    (plot_left + 18, py),
+                    (FONT, 13)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Left, VPos::Center)),
+                ))?;
+                continue;
+            }
+            let at = pixel_in(&chart, area, (axis.pos(g), y));
+            draw_marker(
+                area,
+                style.marker,
+                at,
+                style.marker_size(),
+                style.colour,
+                *significant,
+            )?;
+        }
+        if single {
+            area.draw(&Text::new(
+                value_labels[i].clone(),
+                (plot_right + 10, py),
+                (FONT, LABEL_PX)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(Pos::new(HPos::Left, VPos::Center)),
+            ))?;
+        }
+    }
+    Ok(())
+}
+
+// --- Scaling ---------------------------------------------------------------------
+
+/// Ticks of the threads axis: the thread counts measured, less any whose label would
+/// crowd the one before (`pixel` maps a count to its pixel).
+fn thread_ticks(counts: &[u32], pixel: &dyn Fn(u32) -> f64, min_gap: f64) -> Vec<u32> {
+    let mut out: Vec<u32> = Vec::new();
+    for &c in counts {
+        if out.last().is_none_or(|&p| pixel(c) - pixel(p) >= min_gap) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Throughput against threads: zonealloc's series strong and heavy, the peers'
+/// muted and light, a limit grey and dashed; threads on a log2 axis when they span
+/// a factor of 8 or more; the legend beside the plot, zonealloc's entries first.
+fn scaling_chart(path: &Path, s: &Scaling, styles: &Styles) -> ChartResult<()> {
     let (w, h) = (1000u32, 600u32);
     let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
     root.fill(&WHITE)?;
-    let root = root.titled(&s.title, (FONT, 21))?;
+    let root = titled(&root, &s.title, &[21, 19, 17, 15], 2)?;
+    let mut order: Vec<(usize, Style)> = s
+        .series
+        .iter()
+        .enumerate()
+        .map(|(k, x)| (k, styles.of(&x.name)))
+        .collect();
+    let legend_w = s
+        .series
+        .iter()
+        .map(|x| text_width(&x.name, LABEL_PX + 1))
+        .max()
+        .unwrap_or(0)
+        .clamp(100, 300)
+        + 54
+        + 16;
     let (plot, legend) = root.split_horizontally(w - legend_w);
-    let xmax = s
+
+    let mut counts: Vec<u32> = s
         .series
         .iter()
         .flat_map(|x| x.points.iter().map(|p| p.threads))
-        .max()
-        .unwrap_or(1);
-    let all = || s.series.iter().flat_map(|x| x.points.iter());
-    let log = spans_decades(all().map(|p| p.median), 1.0);
-    let top = all().map(|p| p.max).fold(0.0, f64::max);
-    let style = series_style;
-    if log {
-        let lo = all()
-            .flat_map(|p| [p.min, p.median])
-            .filter(|v| *v > 0.0)
-            .fold(f64::INFINITY, f64::min);
-        let floor = lo / 1.6;
-        let mut chart = ChartBuilder::on(&plot)
-            .margin(16)
-            .x_label_area_size(45)
-            .y_label_area_size(80)
-            .build_cartesian_2d(
-                0.5f64..xmax as f64 + 0.5,
-                (floor..top.max(floor * 10.0) * 1.5).log_scale(),
-            )?;
-        scaling_mesh(&mut chart, s, xmax, &format!("{} (log scale)", s.y_label))?;
-        for (k, series) in s.series.iter().enumerate() {
-            let (c, m) = style(k);
-            scaling_series(&mut chart, series, c, m, floor)?;
+        .collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let (tmin, tmax) = (
+        counts.first().copied().unwrap_or(1).max(1),
+        counts.last().copied().unwrap_or(1).max(1),
+    );
+    let log_x = tmax >= 8 * tmin;
+    let tx = move |t: u32| {
+        if log_x {
+            f64::from(t.max(1)).log2()
+        } else {
+            f64::from(t)
         }
+    };
+    let (x_lo, x_hi) = if log_x {
+        (tx(tmin) - 0.3, tx(tmax) + 0.3)
     } else {
-        let mut chart = ChartBuilder::on(&plot)
-            .margin(16)
-            .x_label_area_size(45)
-            .y_label_area_size(80)
-            .build_cartesian_2d(
-                0.5f64..xmax as f64 + 0.5,
-                0f64..if top > 0.0 { top * 1.1 } else { 1.0 },
+        (f64::from(tmin) - 0.5, f64::from(tmax) + 0.5)
+    };
+    let (pw, ph) = plot.dim_in_pixel();
+    let x_px = |t: u32| (tx(t) - x_lo) / (x_hi - x_lo) * f64::from(pw.saturating_sub(120));
+    let ticks = thread_ticks(&counts, &x_px, 36.0);
+
+    let all = || s.series.iter().flat_map(|x| x.points.iter());
+    let values: Vec<f64> = all().flat_map(|p| [p.min, p.median, p.max]).collect();
+    let log_y = spans_decades(all().map(|p| p.median), 1.0);
+    // Vertical room: labels are one line high, so six always fit; the width check
+    // uses the plot's height as its length.
+    let axis = Axis::fit(&values, log_y, "", ph.saturating_sub(120));
+    let y_label_w = axis
+        .ticks
+        .iter()
+        .map(|t| text_width(&si_label(*t, ""), LABEL_PX + 2))
+        .max()
+        .unwrap_or(30)
+        + 44;
+    let y_desc = if log_y {
+        format!("{} (log scale)", s.y_label)
+    } else {
+        s.y_label.clone()
+    };
+    let mut chart = ChartBuilder::on(&plot)
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(y_label_w)
+        .build_cartesian_2d(
+            Ticked {
+                lo: x_lo,
+                hi: x_hi,
+                ticks: ticks.iter().map(|t| tx(*t)).collect(),
+            },
+            axis.ranged(),
+        )?;
+    chart
+        .configure_mesh()
+        .bold_line_style(BLACK.mix(0.12))
+        .x_label_formatter(&|x| {
+            let t = if log_x { x.exp2() } else { *x };
+            format!("{:.0}", t.round())
+        })
+        .y_label_formatter(&|y| si_label(axis.value_at(*y), ""))
+        .x_desc("threads")
+        .y_desc(y_desc)
+        .label_style((FONT, LABEL_PX + 2))
+        .axis_desc_style((FONT, LABEL_PX + 2))
+        .draw()?;
+    // Peers first, zonealloc's last: drawn on top.
+    order.sort_by_key(|(_, st)| match st.tier {
+        Tier::Muted => 0,
+        Tier::Baseline => 1,
+        Tier::Strong => 2,
+    });
+    for &(k, style) in &order {
+        let series = &s.series[k];
+        let pts: Vec<(f64, f64)> = series
+            .points
+            .iter()
+            .filter(|p| p.median.is_finite())
+            .map(|p| (tx(p.threads), axis.pos(p.median)))
+            .collect();
+        let whisker = style.colour.mix(0.7).stroke_width(1);
+        for p in &series.points {
+            if p.min.is_finite() && p.max.is_finite() {
+                let x = tx(p.threads);
+                chart.draw_series(std::iter::once(PathElement::new(
+                    vec![(x, axis.pos(p.min)), (x, axis.pos(p.max))],
+                    whisker,
+                )))?;
+            }
+        }
+        let line = style.colour.stroke_width(style.line_width());
+        if style.tier == Tier::Baseline {
+            chart.draw_series(std::iter::once(DashedPathElement::new(
+                pts.clone(),
+                10,
+                6,
+                line,
+            )))?;
+        } else {
+            chart.draw_series(std::iter::once(PathElement::new(pts.clone(), line)))?;
+        }
+        for &p in &pts {
+            let at = pixel_in(&chart, &plot, p);
+            draw_marker(
+                &plot,
+                style.marker,
+                at,
+                style.marker_size(),
+                style.colour,
+                true,
             )?;
-        scaling_mesh(&mut chart, s, xmax, &s.y_label)?;
-        for (k, series) in s.series.iter().enumerate() {
-            let (c, m) = style(k);
-            scaling_series(&mut chart, series, c, m, 0.0)?;
         }
     }
-    for (k, series) in s.series.iter().enumerate() {
-        let (c, m) = style(k);
-        let y = 30 + k as i32 * 30;
-        legend.draw(&PathElement::new([(6, y), (40, y)], c.stroke_width(3)))?;
-        draw_marker(&legend, m, (23, y), 6, c)?;
+    // Legend: zonealloc's entries first, then the limit, then the peers.
+    order.sort_by_key(|&(k, st)| {
+        (
+            match st.tier {
+                Tier::Strong => 0,
+                Tier::Baseline => 1,
+                Tier::Muted => 2,
+            },
+            k,
+        )
+    });
+    let step = ((h as usize - 80) / order.len().max(1)).clamp(18, 30) as i32;
+    for (i, &(k, style)) in order.iter().enumerate() {
+        let y = 30 + i as i32 * step;
+        let line = style.colour.stroke_width(style.line_width());
+        if style.tier == Tier::Baseline {
+            legend.draw(&DashedPathElement::new([(6, y), (44, y)], 8, 5, line))?;
+        } else {
+            legend.draw(&PathElement::new([(6, y), (44, y)], line))?;
+        }
+        draw_marker(
+            &legend,
+            style.marker,
+            (25, y),
+            style.marker_size(),
+            style.colour,
+            true,
+        )?;
         legend.draw(&Text::new(
-            series.name.clone(),
-            (48, y - 9),
-            (FONT, 18).into_font().color(&BLACK),
+            s.series[k].name.clone(),
+            (54, y),
+            (FONT, LABEL_PX + 1)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Left, VPos::Center)),
         ))?;
     }
     root.present()?;
     Ok(())
 }
 
-fn scaling_mesh<DB, Y>(
-    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
-    _s: &Scaling,
-    xmax: u32,
-    y_desc: &str,
-) -> ChartResult<()>
-where
-    DB: DrawingBackend,
-    DB::ErrorType: 'static,
-    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>
-        + plotters::coord::ranged1d::ValueFormatter<f64>,
-{
-    chart
-        .configure_mesh()
-        .x_labels(xmax as usize + 1)
-        .x_label_formatter(&|x| {
-            if (x - x.round()).abs() < 1e-9 && *x >= 1.0 {
-                format!("{x:.0}")
-            } else {
-                String::new()
-            }
-        })
-        .y_label_formatter(&|y| num(*y))
-        .x_desc("threads")
-        .y_desc(y_desc)
-        .label_style((FONT, 18))
-        .axis_desc_style((FONT, 18))
-        .draw()?;
-    Ok(())
-}
-
-fn scaling_series<DB, Y>(
-    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
-    series: &crate::experiments::Series,
-    c: RGBColor,
-    m: Marker,
-    floor: f64,
-) -> ChartResult<()>
-where
-    DB: DrawingBackend,
-    DB::ErrorType: 'static,
-    Y: plotters::coord::ranged1d::Ranged<ValueType = f64>,
-{
-    let at = |v: f64| v.max(floor);
-    let pts: Vec<(f64, f64)> = series
-        .points
-        .iter()
-        .map(|p| (f64::from(p.threads), at(p.median)))
-        .collect();
-    chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(3)))?;
-    chart.draw_series(series.points.iter().map(|p| {
-        ErrorBar::new_vertical(
-            f64::from(p.threads),
-            at(p.min),
-            at(p.median),
-            at(p.max),
-            c.mix(0.6).stroke_width(1),
-            8,
-        )
-    }))?;
-    let area = chart.plotting_area();
-    let pixels: Vec<(i32, i32)> = pts.iter().map(|&p| area.map_coordinate(&p)).collect();
-    let (dx, dy) = area.get_base_pixel();
-    for (x, y) in pixels {
-        let root = area.strip_coord_spec();
-        draw_marker(&root, m, (x - dx, y - dy), 6, c)?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::experiments::{Point, Series};
+    use crate::harness::Metric;
+
+    /// A text measure for the pure layout functions: 8 pixels a character.
+    fn eight(s: &str) -> u32 {
+        s.chars().count() as u32 * 8
+    }
 
     #[test]
-    fn scaling_series_never_share_colour_and_marker() {
-        // The peers chart has 11 series; two charts' worth must stay distinct.
-        let styles: Vec<(RGBColor, usize)> = (0..24)
-            .map(|k| {
-                let (c, m) = series_style(k);
-                (c, m as usize)
-            })
+    fn linear_axes_have_at_most_six_ticks_and_end_near_the_data() {
+        // Every maximum from 1e-3 to 1e9, about 40 a decade.
+        let mut max = 1e-3;
+        while max < 1e9 {
+            let ticks = linear_ticks(max, MAX_TICKS);
+            let top = nice_upper_bound(max, MAX_TICKS);
+            assert!(
+                ticks.len() <= MAX_TICKS && ticks.len() >= 2,
+                "{max}: {ticks:?}"
+            );
+            assert_eq!(ticks[0], 0.0);
+            assert!(top >= max * (1.0 - 1e-9), "{max}: ends at {top}");
+            assert!(top <= max * 1.25 * (1.0 + 1e-9), "{max}: ends at {top}");
+            assert_eq!(*ticks.last().unwrap(), top);
+            // Evenly spaced by one of the steps.
+            let step = ticks[1];
+            let m = step / 10f64.powf(step.log10().floor());
+            assert!(
+                STEPS.iter().any(|x| (m - x).abs() < 1e-6),
+                "{max}: step {step}"
+            );
+            max *= 1.06;
+        }
+        // The reported case: peers up to 10,000, not 1,000,000.
+        assert_eq!(nice_upper_bound(9_870.0, 6), 10_000.0);
+        assert_eq!(linear_ticks(20_000.0, 6), [0.0, 5e3, 10e3, 15e3, 20e3]);
+        assert_eq!(
+            linear_ticks(11_000.0, 6),
+            [0.0, 2.5e3, 5e3, 7.5e3, 10e3, 12.5e3]
+        );
+        assert_eq!(linear_ticks(17_500.0, 6), [0.0, 5e3, 10e3, 15e3, 20e3]);
+        assert_eq!(nice_upper_bound(0.0, 6), 1.0);
+        // Fewer ticks where the width asks for them.
+        for n in 2..=5 {
+            assert!(linear_ticks(7_777.0, n).len() <= n);
+        }
+    }
+
+    #[test]
+    fn log_axes_tick_at_powers_of_ten_and_fit_the_data() {
+        let (lo, hi, ticks) = log_axis(2.0, 2885.0, 6);
+        assert_eq!((lo, hi), (2.0, 5000.0));
+        assert_eq!(ticks, [10.0, 100.0, 1000.0]);
+        // Under a decade and a half: 1-2-5 ticks.
+        let (lo, hi, ticks) = log_axis(3.0, 40.0, 6);
+        assert_eq!((lo, hi), (2.0, 50.0));
+        assert_eq!(ticks, [2.0, 5.0, 10.0, 20.0, 50.0]);
+        // Many decades: every second power of ten, never more than six ticks.
+        let (_, _, ticks) = log_axis(1e-3, 1e9, 6);
+        assert!(ticks.len() <= 6 && ticks.len() >= 2, "{ticks:?}");
+        for (lo, hi) in [
+            (0.2, 92.0),
+            (7.0, 1108.0),
+            (1.0, 1e4),
+            (0.0007, 1.3),
+            (5.0, 5.0),
+        ] {
+            let (a, b, t) = log_axis(lo, hi, 6);
+            assert!(a <= lo && b >= hi && a < b, "{lo}..{hi}: {a}..{b}");
+            assert!(b <= hi * 5.0 && a >= lo / 5.0, "{lo}..{hi}: {a}..{b}");
+            assert!((2..=6).contains(&t.len()), "{lo}..{hi}: {t:?}");
+            assert!(t.iter().all(|x| *x >= a && *x <= b));
+        }
+    }
+
+    #[test]
+    fn tick_labels_are_compact_with_si_suffixes_and_time_units() {
+        let labels: Vec<String> = linear_ticks(20_000.0, 5)
+            .iter()
+            .map(|t| si_label(*t, "blocks"))
             .collect();
-        for (i, a) in styles.iter().enumerate() {
-            for b in &styles[i + 1..] {
-                assert_ne!(a, b);
+        assert_eq!(labels, ["0", "5k", "10k", "15k", "20k"]);
+        assert_eq!(si_label(1.5e6, ""), "1.5M");
+        assert_eq!(si_label(0.25, ""), "0.25");
+        assert_eq!(si_label(12_500.0, ""), "12.5k");
+        assert_eq!(si_label(999.96, ""), "1k");
+        // Times in the unit that suits them.
+        assert_eq!(si_label(20.0, "ns"), "20 ns");
+        assert_eq!(si_label(1200.0, "ns"), "1.2 µs");
+        assert_eq!(si_label(0.5, "µs"), "500 ns");
+        assert_eq!(si_label(25_000.0, "µs"), "25 ms");
+        assert_eq!(si_label(0.0, "µs"), "0");
+        // The reported labels, none longer than six characters.
+        for max in [300.0, 0.0003, 20_000.0, 1_234_567.0] {
+            for t in linear_ticks(max, 6) {
+                assert!(si_label(t, "").chars().count() <= 6, "{t}");
             }
         }
-        // The first 11 have 11 different colours.
-        for (i, a) in styles[..11].iter().enumerate() {
-            assert!(styles[i + 1..11].iter().all(|b| b.0 != a.0), "series {i}");
-        }
+    }
+
+    #[test]
+    fn values_carry_their_unit_and_zero_is_zero() {
+        assert_eq!(si_value(29.807, "µs"), "29.8 µs");
+        assert_eq!(si_value(15_864.4, "ns"), "15.9 µs");
+        assert_eq!(si_value(49_671.0, "blocks"), "49.7k blocks");
+        assert_eq!(si_value(0.0, "blocks"), "0 blocks");
+        assert_eq!(si_value(4.079, "M/s"), "4.08 M/s");
+        assert_eq!(si_value(99.586, "%"), "99.6 %");
+        assert_eq!(si_value(2.738, "x"), "2.74x");
+        assert_eq!(si_value(1181.3, "M it/s"), "1180 M it/s");
+        assert_eq!(si_label(1250.0, "M/s"), "1250");
+        assert_eq!(ratio_label(1437.81, true), "1438x*");
+        assert_eq!(ratio_label(0.4321, false), "0.43x");
+        assert_eq!(ratio_label(0.004_61, true), "0.0046x*");
+        assert_eq!(ratio_label(0.0, false), "0x");
+        assert_eq!(ratio_label(f64::NAN, false), "");
+    }
+
+    #[test]
+    fn tick_labels_that_would_touch_are_thinned() {
+        let wide = Axis::linear(20_000.0, 6);
+        assert!(labels_fit(&wide, "", 400, &eight));
+        // 6 labels of up to 3 characters need 5 x (24 + 14) pixels.
+        assert!(!labels_fit(&wide, "", 150, &eight));
+        let t = Axis::linear(21_000.0, 6);
+        assert!(!labels_fit(&t, "µs", 200, &eight));
+        assert!(labels_fit(&Axis::linear(21_000.0, 3), "µs", 200, &eight));
+    }
+
+    #[test]
+    fn axis_labels_name_the_metric_and_its_unit_once() {
+        assert_eq!(
+            axis_desc("µs per test call", "µs", false),
+            "time per test call"
+        );
+        assert_eq!(
+            axis_desc("fragments carved per second", "M/s", true),
+            "fragments carved per second (M/s) (log scale)"
+        );
+        assert_eq!(
+            axis_desc("% of the arena at order 0", "%", false),
+            "% of the arena at order 0"
+        );
+    }
+
+    #[test]
+    fn titles_wrap_or_shrink_and_are_never_cut() {
+        let text =
+            "20000 x (alloc order 9, split_page, free the 512 pages), 1 thread: µs per iteration";
+        let lines = wrap_words(text, 300, &eight);
+        assert!(lines.len() > 1);
+        assert!(lines.iter().all(|l| eight(l) <= 300), "{lines:?}");
+        assert_eq!(lines.join(" "), text);
+        // A word wider than the line gets one of its own, whole.
+        let lines = wrap_words("a sim-fix_size_alloc_test-p16-h1 b", 100, &eight);
+        assert_eq!(lines, ["a", "sim-fix_size_alloc_test-p16-h1", "b"]);
+        // The font shrinks before a third line is needed.
+        let m = |s: &str, size: u32| s.chars().count() as u32 * size / 2;
+        let (size, lines) = fit_title(text, 380, &[20, 16, 12], 2, &m);
+        assert!(size < 20 && lines.len() <= 2, "{size} {lines:?}");
+        assert_eq!(lines.join(" "), text);
+        // Where no size fits in two lines, the smallest takes more lines, nothing cut.
+        let (size, lines) = fit_title(text, 120, &[20, 16, 12], 2, &m);
+        assert_eq!(size, 12);
+        assert_eq!(lines.join(" "), text);
     }
 
     #[test]
@@ -782,5 +2219,341 @@ mod tests {
         assert!(!spans_decades([99.2, 100.0, 49.2].into_iter(), 1.5));
         // Zeros (a failed run, an empty capacity) do not count.
         assert!(!spans_decades([0.0, 20.0, 100.0].into_iter(), 1.5));
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn zonealloc_is_strong_and_the_peers_muted() {
+        let all = names(&[
+            "limit",
+            "zonealloc",
+            "zonealloc LocalCache",
+            "zonealloc, min_free_kbytes=0",
+            "bsa Frame",
+            "bsa Heap",
+            "fa Depot",
+            "fa Summary",
+            "offset-alloc",
+            "rlsf",
+            "mimalloc",
+            "jemalloc",
+            "mmap",
+        ]);
+        let styles = Styles::new(&all, &names(&["limit"]));
+        let of = |n: &str| styles.of(n);
+        assert_eq!(of("limit (Vec/thread)").tier, Tier::Baseline);
+        assert_eq!(of("bsa Heap (spin)"), of("bsa Heap"));
+        let strong: Vec<Style> = all[1..4].iter().map(|n| of(n)).collect();
+        let muted: Vec<Style> = all[4..].iter().map(|n| of(n)).collect();
+        assert!(strong
+            .iter()
+            .all(|s| s.tier == Tier::Strong && ZONEALLOC.contains(&s.colour)));
+        assert!(muted
+            .iter()
+            .all(|s| s.tier == Tier::Muted && MUTED.contains(&s.colour)));
+        assert!(strong[0].line_width() > muted[0].line_width());
+        assert!(strong[0].marker_size() > muted[0].marker_size());
+        // No two series of the chart look alike.
+        let looks: Vec<(RGBColor, Marker)> =
+            all.iter().map(|n| (of(n).colour, of(n).marker)).collect();
+        for (i, a) in looks.iter().enumerate() {
+            assert!(looks[i + 1..].iter().all(|b| b != a), "{}", all[i]);
+        }
+        // Without peers every variant is strong, 24 of them all distinct.
+        let many: Vec<String> = (0..24).map(|k| format!("variant {k}")).collect();
+        let styles = Styles::new(&many, &[]);
+        let looks: Vec<(RGBColor, Marker)> = many
+            .iter()
+            .map(|n| (styles.of(n).colour, styles.of(n).marker))
+            .collect();
+        for (i, a) in looks.iter().enumerate() {
+            assert!(looks[i + 1..].iter().all(|b| b != a));
+            assert_eq!(styles.of(&many[i]).tier, Tier::Strong);
+        }
+    }
+
+    fn samples(v: &[f64]) -> crate::harness::Samples {
+        crate::harness::Samples {
+            variant: String::new(),
+            values: v.to_vec(),
+        }
+    }
+
+    fn table(id: &str, title: &str, lower: bool, rows: &[(&str, &[f64])]) -> Table {
+        let metric = if lower {
+            Metric::lower("µs per test call", "µs")
+        } else {
+            Metric::higher("calls per second", "M/s")
+        };
+        let s: Vec<(String, crate::harness::Samples)> = rows
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), samples(v)))
+            .collect();
+        let refs: Vec<(&str, &crate::harness::Samples)> =
+            s.iter().map(|(n, v)| (n.as_str(), v)).collect();
+        Table::new(id, title, metric, &refs)
+    }
+
+    #[test]
+    fn gains_read_above_one_as_better_and_targets_map_onto_them() {
+        let t = table(
+            "a",
+            "x: y",
+            true,
+            &[("before", &[30.0]), ("after", &[10.0])],
+        );
+        assert_eq!(gain(&t, &t.rows[1]), Some(3.0));
+        let t = table("b", "x: y", false, &[("before", &[2.0]), ("after", &[3.0])]);
+        assert_eq!(gain(&t, &t.rows[1]), Some(1.5));
+        let t = table("c", "x: y", true, &[("before", &[0.0]), ("after", &[3.0])]);
+        assert_eq!(gain(&t, &t.rows[1]), Some(0.0));
+        let change = Target::at_least(
+            "sim: smallest change among fix_size (seed: +53.55 %)",
+            28.0,
+            53.55,
+            "%",
+        );
+        assert!((target_gain(&change).unwrap() - 1.5355).abs() < 1e-9);
+        let speedup = Target::at_least("free_contig_range speed-up over the loop", 3.0, 5.6, "x");
+        assert_eq!(target_gain(&speedup), Some(5.6));
+        assert_eq!(
+            target_gain(&Target::at_most("hot pair (median)", 70.0, 20.0, "ns")),
+            None
+        );
+    }
+
+    #[test]
+    fn summary_groups_by_title_prefix_and_labels_rows_by_case() {
+        let mk = |id: &str, title: &str| table(id, title, true, &[("a", &[1.0]), ("b", &[2.0])]);
+        let tables = vec![
+            mk("sim-a", "sim: fix_size_alloc_test: p:1, h:0, l:5000 (usec)"),
+            mk("sim-b", "sim: fix_size_alloc_test: p:4, h:0, l:5000 (usec)"),
+            mk(
+                "mapped-a",
+                "mapped: fix_size_alloc_test: p:1, h:0, l:500 (usec)",
+            ),
+            mk(
+                "mapped-b",
+                "mapped: vm_map_ram_test: p:1, h:0, l:500 (usec)",
+            ),
+        ];
+        let groups = group_tables(&tables);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0].0.as_deref(), Some("sim"));
+        assert_eq!(
+            summary_label(groups[1].1[1], groups[1].0.as_deref()),
+            "vm_map_ram_test: p:1, h:0, l:500 (usec)"
+        );
+        // Titles that share no prefix: one group, each row named by what it measures.
+        let tables = vec![
+            mk(
+                "hot-pair",
+                "hot pair: ns per order-0 alloc_pages+free_pages pair",
+            ),
+            mk(
+                "throughput-1t",
+                "throughput, 1 thread, window of 64 pages each: M calls/s",
+            ),
+        ];
+        let groups = group_tables(&tables);
+        assert_eq!(groups.len(), 1);
+        assert_eq!(
+            summary_label(&tables[1], None),
+            "throughput, 1 thread, window of 64 pages each"
+        );
+    }
+
+    #[test]
+    fn legend_entries_never_run_past_the_width() {
+        let keys: Vec<Key> = (0..12)
+            .map(|k| Key::Line(BLACK, false, format!("allocator number {k}")))
+            .collect();
+        let (at, h) = legend_layout(&keys, 600, &eight);
+        for (key, (x, _)) in keys.iter().zip(&at) {
+            assert!(*x as u32 + 40 + eight(key_text(key)) <= 600);
+        }
+        assert!(h > 26 * 3);
+    }
+
+    /// Width and height of a PNG file.
+    fn png_size(path: &Path) -> (u32, u32) {
+        let b = fs::read(path).unwrap();
+        let be = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        (be(16), be(20))
+    }
+
+    fn experiment(name: &str, tables: Vec<Table>) -> ExperimentResult {
+        ExperimentResult {
+            name: name.into(),
+            description: String::new(),
+            params: Vec::new(),
+            tables,
+            targets: Vec::new(),
+            notes: Vec::new(),
+            scaling: None,
+            elapsed_s: 0.0,
+            charts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn many_panels_get_a_summary_near_1440_by_900_and_a_detail_chart() {
+        let dir = std::env::temp_dir().join(format!("zonealloc-charts-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let mut tables = Vec::new();
+        for mode in ["sim", "mapped"] {
+            for p in [1, 4, 16, 64, 256, 512, 1024, 2048] {
+                for h in [0, 1] {
+                    let before = 1000.0 * f64::from(p);
+                    tables.push(table(
+                        &format!("{mode}-fix_size-p{p}-h{h}"),
+                        &format!("{mode}: fix_size_alloc_test: p:{p}, h:{h}, l:1000 (usec)"),
+                        true,
+                        &[
+                            ("per-page vfree", &[before, before * 1.1, before * 0.9]),
+                            (
+                                "free_pages_bulk",
+                                &[before / 2.0, before / 2.2, before / 1.8],
+                            ),
+                        ],
+                    ));
+                }
+            }
+        }
+        let mut r = experiment("many", tables);
+        r.targets.push(Target::at_least(
+            "sim: smallest change among fix_size p >= 4",
+            100.0,
+            53.55,
+            "%",
+        ));
+        let files = write_charts(&dir, &r).unwrap();
+        assert_eq!(files, [dir.join("many.png"), dir.join("many-detail.png")]);
+        let (w, h) = png_size(&files[0]);
+        assert!(w <= 1440 && h <= 900, "{w}x{h}");
+        // A few panels: one chart, as wide as two panels.
+        let r = experiment("few", r.tables[..3].to_vec());
+        let files = write_charts(&dir, &r).unwrap();
+        assert_eq!(files, [dir.join("few.png")]);
+        assert_eq!(png_size(&files[0]).0, 2 * PANEL_W);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn scaling_chart_of_peers_is_drawn() {
+        let dir = std::env::temp_dir().join(format!("zonealloc-scaling-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let series = |name: &str, base: f64| Series {
+            name: name.into(),
+            points: [1u32, 2, 4, 64]
+                .iter()
+                .map(|&t| Point {
+                    threads: t,
+                    median: base * f64::from(t).sqrt(),
+                    min: base * 0.9,
+                    max: base * 1.1 * f64::from(t).sqrt(),
+                })
+                .collect(),
+        };
+        let mut r = experiment("scal", Vec::new());
+        r.scaling = Some(Scaling {
+            title: "scal: throughput against threads".into(),
+            y_label: "M calls/s".into(),
+            series: vec![
+                series("limit (Vec/thread)", 50.0),
+                series("zonealloc", 15.0),
+                series("bsa Frame (spin)", 1.0),
+                series("mmap", 0.2),
+            ],
+        });
+        let files = write_charts(&dir, &r).unwrap();
+        assert_eq!(png_size(&files[0]), (1000, 600));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Reads back an experiment of a `results.json` (the fields the charts use).
+    fn from_json(v: &serde_json::Value) -> ExperimentResult {
+        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+        let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
+        let arr = |v: &serde_json::Value| v.as_array().cloned().unwrap_or_default();
+        let mut r = experiment(&s(&v["name"]), Vec::new());
+        r.description = s(&v["description"]);
+        for t in arr(&v["tables"]) {
+            r.tables.push(Table {
+                id: s(&t["id"]),
+                title: s(&t["title"]),
+                metric: Metric {
+                    name: s(&t["metric"]["name"]),
+                    unit: s(&t["metric"]["unit"]),
+                    lower_is_better: t["metric"]["lower_is_better"].as_bool().unwrap_or(true),
+                },
+                rows: arr(&t["rows"])
+                    .iter()
+                    .map(|w| Row {
+                        variant: s(&w["variant"]),
+                        samples: arr(&w["samples"]).iter().map(f).collect(),
+                        median: f(&w["median"]),
+                        min: f(&w["min"]),
+                        max: f(&w["max"]),
+                        ratio: f(&w["ratio"]),
+                        p_value: w["p_value"].as_f64(),
+                        significant: w["significant"].as_bool().unwrap_or(false),
+                        verdict: s(&w["verdict"]),
+                    })
+                    .collect(),
+            });
+        }
+        for t in arr(&v["targets"]) {
+            r.targets.push(Target {
+                what: s(&t["what"]),
+                measured: f(&t["measured"]),
+                unit: s(&t["unit"]),
+                threshold: f(&t["threshold"]),
+                at_most: t["at_most"].as_bool().unwrap_or(false),
+                pass: t["pass"].as_bool().unwrap_or(false),
+            });
+        }
+        if v["scaling"].is_object() {
+            let sc = &v["scaling"];
+            r.scaling = Some(Scaling {
+                title: s(&sc["title"]),
+                y_label: s(&sc["y_label"]),
+                series: arr(&sc["series"])
+                    .iter()
+                    .map(|x| Series {
+                        name: s(&x["name"]),
+                        points: arr(&x["points"])
+                            .iter()
+                            .map(|p| Point {
+                                threads: p["threads"].as_u64().unwrap_or(1) as u32,
+                                median: f(&p["median"]),
+                                min: f(&p["min"]),
+                                max: f(&p["max"]),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            });
+        }
+        r
+    }
+
+    /// Redraws the charts of a run without running it again:
+    /// `ZONEALLOC_REDRAW=DIR/results.json cargo test -p zonealloc-cli redraw -- --ignored`
+    /// writes them next to that file.
+    #[test]
+    #[ignore = "needs ZONEALLOC_REDRAW=path/to/results.json"]
+    fn redraw_charts_of_a_results_file() {
+        let path = PathBuf::from(std::env::var("ZONEALLOC_REDRAW").expect("ZONEALLOC_REDRAW"));
+        let json: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        let dir = path.parent().unwrap();
+        for e in json["experiments"].as_array().unwrap() {
+            let files = write_charts(dir, &from_json(e)).unwrap();
+            println!("{files:?}");
+        }
     }
 }
