@@ -12,7 +12,15 @@
 //! * `local-fill`: `N` order-0 allocations through a `LocalCache` from a fresh zone;
 //! * `local-drain`: `N` order-0 pages allocated, shuffled, then freed through a
 //!   `LocalCache` (the allocations are counted too: subtract `local-fill`);
-//! * `pcp-fill`, `pcp-drain`: the same through `alloc_pages_on` / `free_pages_on`.
+//! * `pcp-fill`, `pcp-drain`: the same through `alloc_pages_on` / `free_pages_on`;
+//! * `raw-pair`, `raw-fill`, `raw-drain`: the same through `alloc_pages` /
+//!   `free_pages` on the CPU the thread runs on (the per-CPU stacks where the
+//!   process has restartable sequences; cachegrind has none, so under it these
+//!   take the per-CPU lists' try-lock path).
+//!
+//! With `PATHS_NS=1` it also prints the wall-clock nanoseconds per call (the
+//! whole run divided by `N`: set-up included, so use a large `N`), for paths that
+//! tools cannot count.
 
 use std::hint::black_box;
 
@@ -43,6 +51,7 @@ fn main() {
     })
     .expect("a 1 GiB zone");
     let order = Order(0);
+    let t0 = std::time::Instant::now();
     match path.as_str() {
         "local-pair" => {
             let mut c = za.local_cache_on(0, Gfp::KERNEL).unwrap();
@@ -80,9 +89,33 @@ fn main() {
                 black_box(got);
             }
         }
+        "raw-pair" => {
+            for _ in 0..n {
+                let p = za.alloc_pages(Gfp::KERNEL, order).unwrap();
+                za.free_pages(black_box(p), order).unwrap();
+            }
+        }
+        "raw-fill" | "raw-drain" => {
+            let got: Vec<Pfn> = (0..n)
+                .map(|_| za.alloc_pages(Gfp::KERNEL, order).unwrap())
+                .collect();
+            if path == "raw-drain" {
+                for p in shuffled(got) {
+                    za.free_pages(p, order).unwrap();
+                }
+            } else {
+                black_box(got);
+            }
+        }
         other => {
             eprintln!("unknown path {other:?}");
             std::process::exit(2);
         }
+    }
+    if std::env::var_os("PATHS_NS").is_some_and(|v| v == "1") {
+        println!(
+            "{path}: {:.1} ns per call",
+            t0.elapsed().as_nanos() as f64 / n as f64
+        );
     }
 }

@@ -69,7 +69,11 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// Per node and highest zone type a request may use: its preferred zone (the
     /// first eligible one of the zonelist) and whether it should rather spill into
     /// DMA32 than fragment it (`alloc_flags_nofragment()`). Fixed at construction.
-    preferred: Box<[[Option<Preferred>; MAX_NR_ZONES]]>,
+    pub(crate) preferred: Box<[[Option<Preferred>; MAX_NR_ZONES]]>,
+    /// `alloc_pages`/`free_pages` try the per-CPU stacks first (see `fast`):
+    /// the process can use them, the configuration allows them, and no debug
+    /// mode or `cpu_id` hook is set.
+    pub(crate) fast: bool,
     min_free_kbytes: u64,
     pub(crate) backend: B,
     pub(crate) debug: DebugState,
@@ -155,6 +159,20 @@ impl<B: Backend> ZoneAllocator<B> {
         for z in &zones {
             z.lock().release_initial_frames();
         }
+        let mut fast = config.pcp.enabled
+            && config.pcp.rseq
+            && config.cpu_id.is_none()
+            && !DebugState::new(config.debug).touches_pages();
+        if fast {
+            for z in zones.iter_mut() {
+                fast &= crate::fast::build_stacks(z, config.nr_cpus);
+            }
+            if !fast {
+                for z in zones.iter_mut() {
+                    z.stacks = crate::rseq::Stacks::none();
+                }
+            }
+        }
         let mut lookup: Vec<(u64, u64, usize)> = zones
             .iter()
             .filter(|z| z.spanned > 0)
@@ -203,6 +221,7 @@ impl<B: Backend> ZoneAllocator<B> {
             zonelists,
             node_zones: node_zones.into_boxed_slice(),
             preferred,
+            fast,
             backend,
             debug: DebugState::new(debug),
             compact,
@@ -438,6 +457,9 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `InvalidOrder` above `max_order`; `NoMemory` if no eligible zone can serve it.
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
+        if let Some(p) = self.alloc_fast(gfp, order, Head::PLAIN) {
+            return Ok(p);
+        }
         self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, Head::PLAIN)
     }
 
@@ -715,6 +737,9 @@ impl<B: Backend> ZoneAllocator<B> {
     /// changed then.
     #[inline]
     pub fn free_pages(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        if self.free_fast(pfn, order) {
+            return Ok(());
+        }
         self.free_pages_by(self.current_cpu(), pfn, order, Holder::Raw)
     }
 
@@ -959,7 +984,8 @@ impl<B: Backend> ZoneAllocator<B> {
             .iter()
             .flat_map(|z| z.pcp.iter())
             .map(|s| s.stats.count.get())
-            .sum()
+            .sum::<u64>()
+            + self.nr_stacked_pages()
     }
 
     /// Adds a reference to the allocated block whose head is `pfn`.
@@ -1321,7 +1347,7 @@ const LINE_ORDER: u8 = crate::frame::PER_LINE.trailing_zeros() as u8;
 /// of the caches since the blocks were handed out; where it is still cached, the
 /// prefetches cost a few instructions a block.
 #[inline(always)]
-fn prefetch_merge(z: &Zone, pfn: Pfn, order: Order) {
+pub(crate) fn prefetch_merge(z: &Zone, pfn: Pfn, order: Order) {
     let t = z.frames.view();
     if order.0 >= LINE_ORDER {
         t.prefetch(pfn.buddy(order));

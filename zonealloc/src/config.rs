@@ -409,6 +409,14 @@ pub struct PcpConfig {
     /// before taking the zone lock. Off by default: see the crate README for the
     /// measurements behind that choice.
     pub prefetch_buddy: bool,
+    /// Per-CPU stacks committed with restartable sequences in front of the lists,
+    /// for `alloc_pages`/`free_pages` on the CPU the thread runs on (x86-64 Linux
+    /// with glibc 2.35 or later; elsewhere, or with this off, the lists' try-lock
+    /// path serves every call). On by default; see the `rseq` module docs.
+    /// Calls naming a CPU (`alloc_pages_on`, `free_pages_on`) and a
+    /// `Config::cpu_id` hook always take the lists, as Linux's per-CPU lists
+    /// behave.
+    pub rseq: bool,
 }
 
 impl Default for PcpConfig {
@@ -420,6 +428,7 @@ impl Default for PcpConfig {
             high_max: None,
             high_fraction: 0,
             prefetch_buddy: false,
+            rseq: true,
         }
     }
 }

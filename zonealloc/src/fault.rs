@@ -43,6 +43,12 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
+    /// Whether any site is armed (one relaxed load).
+    #[inline(always)]
+    pub(crate) fn armed(&self) -> bool {
+        self.armed.load(Ordering::Relaxed) != 0
+    }
+
     /// Whether this call at `site` should fail.
     #[inline]
     pub(crate) fn should_fail(&self, site: FaultSite) -> bool {

@@ -110,6 +110,7 @@ pub mod contig;
 mod counter;
 mod debug;
 mod error;
+mod fast;
 mod fault;
 mod fragindex;
 mod frame;
@@ -125,6 +126,23 @@ mod owned;
 pub mod page_frag;
 mod pageblock;
 mod pcp;
+#[cfg(all(
+    feature = "std",
+    target_os = "linux",
+    target_arch = "x86_64",
+    target_env = "gnu",
+    not(any(loom, miri))
+))]
+mod rseq;
+#[cfg(not(all(
+    feature = "std",
+    target_os = "linux",
+    target_arch = "x86_64",
+    target_env = "gnu",
+    not(any(loom, miri))
+)))]
+#[path = "rseq_off.rs"]
+mod rseq;
 mod stats;
 mod sync;
 mod types;

@@ -96,7 +96,7 @@ pub(crate) fn order_to_pindex(mt: Migratetype, order: Order) -> usize {
 
 /// `pindex_to_order()`.
 #[inline]
-fn pindex_to_order(pindex: usize, pageblock_order: Order) -> Order {
+pub(crate) fn pindex_to_order(pindex: usize, pageblock_order: Order) -> Order {
     if pindex >= NR_LOWORDER_PCP_LISTS {
         pageblock_order
     } else {
@@ -147,6 +147,19 @@ pub(crate) struct PcpLocked<'a> {
     pub cpu: usize,
     pub slot: &'a PcpSlot,
     pub pcp: TryLockGuard<'a, PerCpuPages>,
+    /// This holder stopped the CPU's stacks (`Zone::pcp_lock`); released with it.
+    stopped: bool,
+}
+
+impl Drop for PcpLocked<'_> {
+    fn drop(&mut self) {
+        if self.stopped {
+            let z = self.zone;
+            for i in (self.cpu..z.stacks.len()).step_by(z.pcp.len()) {
+                z.stacks.resume(i);
+            }
+        }
+    }
 }
 
 impl PcpSlot {
@@ -200,6 +213,7 @@ impl PcpSlot {
             cpu,
             slot: self,
             pcp,
+            stopped: false,
         })
     }
 
@@ -210,11 +224,65 @@ impl PcpSlot {
             cpu,
             slot: self,
             pcp: self.lock.lock(),
+            stopped: false,
         }
     }
 }
 
 impl PcpLocked<'_> {
+    /// Stops this CPU's stacks (see `rseq`) and moves their blocks onto its lists,
+    /// the top of each stack at the head of its list: from then on the lists hold
+    /// everything the CPU holds, until this guard is dropped.
+    pub(crate) fn stop_stacks(&mut self) {
+        let z = self.zone;
+        if !z.stacks.on() {
+            return;
+        }
+        self.stopped = true;
+        let mut taken = alloc::vec::Vec::new();
+        let mut pages = 0;
+        // Stack `i` belongs to the lists of CPU `i % nr_cpus`.
+        for i in (self.cpu..z.stacks.len()).step_by(z.pcp.len()) {
+            let Some(cs) = z.stacks.stop(i) else {
+                continue;
+            };
+            for p in 0..NR_PCP_LISTS {
+                taken.clear();
+                cs.take_all_stopped(p, &mut taken);
+                let order = pindex_to_order(p, z.pageblock_order);
+                for &idx in &taken {
+                    z.frames.set_word(idx, Word::pcp(order, self.cpu as u8));
+                    self.pcp.lists[p].push_head(&z.frames, idx);
+                }
+                pages += (taken.len() as u64) << order.0;
+            }
+        }
+        if pages > 0 {
+            let c = self.pcp.count + pages;
+            self.set_count(c);
+        }
+    }
+
+    /// Unlinks up to `out.len()` blocks from the head of list `pindex` into `out`
+    /// (frame indices), for the stacks: they stay free and per-CPU, so no event is
+    /// counted. Returns how many.
+    pub(crate) fn take_listed(&mut self, pindex: usize, out: &mut [u32]) -> usize {
+        let z = self.zone;
+        let order = pindex_to_order(pindex, z.pageblock_order);
+        let mut n = 0;
+        while n < out.len() && !self.pcp.lists[pindex].is_empty() {
+            let idx = self.pcp.lists[pindex].head;
+            self.pcp.lists[pindex].unlink(&z.frames, idx);
+            out[n] = idx;
+            n += 1;
+        }
+        if n > 0 {
+            let c = self.pcp.count - ((n as u64) << order.0);
+            self.set_count(c);
+        }
+        n
+    }
+
     #[inline]
     fn set_count(&mut self, count: u64) {
         self.pcp.count = count;

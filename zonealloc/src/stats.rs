@@ -544,8 +544,7 @@ impl<B: Backend> ZoneAllocator<B> {
         self.populated()
             .map(|z| {
                 let e = &z.events;
-                let pcp_alloc: u64 = z.pcp.iter().map(|s| s.stats.pgalloc.get()).sum();
-                let pcp_free: u64 = z.pcp.iter().map(|s| s.stats.pgfree.get()).sum();
+                let (pcp_alloc, pcp_free) = pcp_events(z);
                 ZoneEventCounts {
                     id: z.id,
                     pgalloc: ev(&e.pgalloc) + pcp_alloc,
@@ -570,10 +569,11 @@ impl<B: Backend> ZoneAllocator<B> {
                 cpus: z
                     .pcp
                     .iter()
-                    .map(|s| PcpCpuStats {
-                        count: s.stats.count.get(),
-                        pgalloc: s.stats.pgalloc.get(),
-                        pgfree: s.stats.pgfree.get(),
+                    .enumerate()
+                    .map(|(cpu, s)| PcpCpuStats {
+                        count: s.stats.count.get() + crate::fast::stack_pages(z, cpu),
+                        pgalloc: s.stats.pgalloc.get() + crate::fast::stack_events(z, cpu).0,
+                        pgfree: s.stats.pgfree.get() + crate::fast::stack_events(z, cpu).1,
                         refills: s.stats.refills.get(),
                         refill_blocks: s.stats.refill_blocks.get(),
                         drains: s.stats.drains.get(),
@@ -594,8 +594,7 @@ impl<B: Backend> ZoneAllocator<B> {
             let s = snapshot(z);
             free += s.nr_free_pages;
             blocks += s.nr_free_pages_blocks;
-            let pcp_alloc: u64 = z.pcp.iter().map(|s| s.stats.pgalloc.get()).sum();
-            let pcp_free: u64 = z.pcp.iter().map(|s| s.stats.pgfree.get()).sum();
+            let (pcp_alloc, pcp_free) = pcp_events(z);
             pgalloc[z.zone_type().idx()] += z.events.pgalloc.get() + pcp_alloc;
             pgfree += z.events.pgfree.get() + pcp_free;
         }
@@ -662,6 +661,15 @@ impl<B: Backend> ZoneAllocator<B> {
                 .collect(),
         }
     }
+}
+
+/// Pages allocated and freed through a zone's per-CPU lists and stacks, all CPUs.
+fn pcp_events(z: &Zone) -> (u64, u64) {
+    (0..z.pcp.len()).fold((0, 0), |(a, f), cpu| {
+        let s = &z.pcp[cpu].stats;
+        let (sa, sf) = crate::fast::stack_events(z, cpu);
+        (a + s.pgalloc.get() + sa, f + s.pgfree.get() + sf)
+    })
 }
 
 #[cfg(test)]

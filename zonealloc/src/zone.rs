@@ -108,6 +108,9 @@ pub(crate) struct Zone {
     pub flags: AtomicU8,
     /// One slot of per-CPU lists per CPU.
     pub pcp: Box<[PcpSlot]>,
+    /// The per-CPU stacks in front of `pcp` (see `rseq`); empty where the
+    /// process cannot use them or the configuration turns them off.
+    pub stacks: crate::rseq::Stacks,
 }
 
 /// Proof that the zone lock is held; gives access to the free lists.
@@ -227,6 +230,7 @@ impl Zone {
             lowmem_reserve: atomic_array(),
             flags: AtomicU8::new(0),
             pcp: (0..nr_cpus).map(|_| PcpSlot::new(1, 0, 0)).collect(),
+            stacks: crate::rseq::Stacks::none(),
         };
         let counted = (0..zone.blocks.len())
             .filter(|&i| zone.blocks.raw(i) & COUNTED != 0)
@@ -241,9 +245,14 @@ impl Zone {
         self.pcp.get(cpu)?.try_lock(self, cpu)
     }
 
-    /// Takes CPU `cpu`'s pcp lock for the zone, waiting for it.
+    /// Takes CPU `cpu`'s pcp lock for the zone, waiting for it, and stops that
+    /// CPU's stacks, moving what they hold onto its lists (see `rseq`): the holder
+    /// sees every block the CPU holds, and no fast path on that CPU commits until
+    /// the lock is released.
     pub(crate) fn pcp_lock(&self, cpu: usize) -> PcpLocked<'_> {
-        self.pcp[cpu].lock(self, cpu)
+        let mut l = self.pcp[cpu].lock(self, cpu);
+        l.stop_stacks();
+        l
     }
 
     /// Takes the zone lock.

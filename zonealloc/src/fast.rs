@@ -1,0 +1,322 @@
+//! The fast path of `alloc_pages` and `free_pages`: the per-CPU stacks (`rseq`),
+//! refilled from and flushed to the buddy lists in batches.
+//!
+//! A pop hands out a block with one store of its state word; a free takes a block
+//! with the one compare-and-swap that decides ownership (`Alloc -> Pcp`, so of two
+//! racing frees exactly one wins) and pushes it. Neither checks a watermark or
+//! tunes anything: a block on a stack is already outside the zone's free count,
+//! as on Linux's per-CPU lists. The checks and the tuning run where a stack is
+//! empty or full, under that CPU's pcp lock (which also keeps a remote stopper
+//! out):
+//! * **refill** takes `batch << alloc_factor` blocks if the zone stays above its
+//!   low watermark with all of them gone (else the largest `batch << k` that
+//!   does, else the ordinary path takes the call): first what the CPU's list
+//!   holds, then whole free blocks cut up under one zone lock hold; a run of
+//!   refills doubles each, up to `MAX_BATCHES` batches.
+//! * **flush** pops the blocks above a batch below the limit (at least a batch)
+//!   and merges them under one zone lock hold, their buddies' metadata
+//!   prefetched first. The limit starts at two batches, doubles when a refill
+//!   follows a flush (the working set swings wider than the stack holds) and
+//!   halves after a run of flushes with no refill between them.
+//!
+//! Anything else (a debug mode, injected faults, a `Config::cpu_id` hook, an
+//! isolated or highatomic pageblock, a block with references or an owner flag, a
+//! stopped CPU) takes the ordinary path, unchanged.
+
+use crate::allocator::{Head, ZoneAllocator};
+use crate::backend::Backend;
+use crate::frame::{Tag, Word};
+use crate::gfp::{AllocFlags, Gfp};
+use crate::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order, NR_PCP_LISTS};
+use crate::rseq::{Miss, Stacks, STACK_CAP};
+use crate::sync::Ordering;
+use crate::types::{Migratetype, Order, Pfn, Wmark};
+use crate::zone::Zone;
+
+/// Blocks of order 0 a refill takes and a flush gives back; halved per order.
+pub(crate) const STACK_BATCH: usize = 32;
+/// Blocks of pageblock order a refill takes and a flush gives back.
+const STACK_BATCH_PAGEBLOCK: usize = 2;
+/// The most batches a stack holds before a free flushes, and a refill takes.
+const MAX_BATCHES: u8 = 8;
+/// Batches a stack holds at first.
+const MIN_BATCHES: u8 = 2;
+
+/// The batch of stack `p`.
+#[inline]
+fn batch_of(p: usize, pageblock_order: Order) -> usize {
+    let order = pindex_to_order(p, pageblock_order);
+    if order.0 > crate::pcp::PAGE_ALLOC_COSTLY_ORDER {
+        STACK_BATCH_PAGEBLOCK
+    } else {
+        (STACK_BATCH >> order.0).max(1)
+    }
+}
+
+/// Builds `z`'s stacks for `nr_cpus` CPUs with their starting limits; `false` if
+/// the process cannot use them.
+pub(crate) fn build_stacks(z: &mut Zone, nr_cpus: usize) -> bool {
+    z.stacks = Stacks::new(nr_cpus);
+    for cs in z.stacks.iter() {
+        for p in 0..NR_PCP_LISTS {
+            cs.tune[p].limit.store(MIN_BATCHES, Ordering::Relaxed);
+            cs.set_lim(
+                p,
+                (batch_of(p, z.pageblock_order) * MIN_BATCHES as usize) as u32,
+            );
+        }
+    }
+    z.stacks.on()
+}
+
+impl<B: Backend> ZoneAllocator<B> {
+    /// `alloc_pages` from this CPU's stack; `None` sends the call to the ordinary
+    /// path.
+    #[inline(always)]
+    pub(crate) fn alloc_fast(&self, gfp: Gfp, order: Order, head: Head) -> Option<Pfn> {
+        if !self.fast || self.debug.faults.armed() || order > self.config.max_order {
+            return None;
+        }
+        let (first, nofragment) = self.preferred[0][gfp.highest_zone().idx()]?;
+        let z = &self.zones[first];
+        if !pcp_allowed_order(order, z.pageblock_order) {
+            return None;
+        }
+        let mt = gfp.migratetype();
+        let p = order_to_pindex(mt, order);
+        let idx = match z.stacks.pop(p) {
+            Ok(idx) => idx,
+            Err(Miss::Cpu(cpu)) => self.refill_stack(z, cpu, gfp, order, mt, p, nofragment)?,
+            Err(Miss::Off) => return None,
+        };
+        let pfn = z.pfn_of(idx);
+        self.prep_new_page(z, pfn, order, gfp, mt, head);
+        Some(pfn)
+    }
+
+    /// `free_pages` of a plain block (one reference, no owner flag) to this CPU's
+    /// stack. `false` (nothing changed) sends the call to the ordinary path, which
+    /// also answers every error.
+    #[inline(always)]
+    pub(crate) fn free_fast(&self, pfn: Pfn, order: Order) -> bool {
+        if !self.fast || order > self.config.max_order {
+            return false;
+        }
+        let Some(z) = self.zone_of(pfn) else {
+            return false;
+        };
+        if !pcp_allowed_order(order, z.pageblock_order) || !pfn.is_aligned(order) {
+            return false;
+        }
+        let mt = z.blocks.migratetype(pfn);
+        if mt.idx() >= crate::types::MIGRATE_PCPTYPES {
+            return false;
+        }
+        let idx = z.idx(pfn);
+        let w = z.frames.word(idx);
+        if w.tag() != Tag::Alloc || w.flags() != 0 || w.refcount() != 1 || w.order() != order {
+            return false;
+        }
+        // The one point that decides ownership: a racing free or `get_page` sees
+        // the new word and is refused or retried.
+        if z.frames.cas_word(idx, w, Word::pcp(order, 0)).is_err() {
+            return false;
+        }
+        let p = order_to_pindex(mt, order);
+        if let Err(miss) = z.stacks.push(p, idx) {
+            self.free_stack_slow(z, pfn, order, p, miss);
+        }
+        true
+    }
+
+    /// A pop found CPU `cpu`'s stack `p` empty: takes a batch for it (see the
+    /// module docs) and pops again. `None` if the zone cannot spare one batch,
+    /// the CPU's lock is taken, or the thread lost its stack meanwhile.
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn refill_stack(
+        &self,
+        z: &Zone,
+        cpu: usize,
+        gfp: Gfp,
+        order: Order,
+        mt: Migratetype,
+        p: usize,
+        nofragment: bool,
+    ) -> Option<u32> {
+        let mut pcp = z.pcp_trylock(cpu % z.pcp.len())?;
+        let cs = z.stacks.cpu(cpu)?;
+        let tune = &cs.tune[p];
+        let base = batch_of(p, z.pageblock_order);
+        let mut flags = AllocFlags::fast(gfp, order.0);
+        if nofragment {
+            flags = flags | AllocFlags::NOFRAGMENT;
+        }
+        let highest = gfp.highest_zone();
+        let low = z.wmark(Wmark::Low);
+        let mut factor = tune.alloc_factor.load(Ordering::Relaxed);
+        let (n, need) = loop {
+            let n = base << factor;
+            let need = low + (n as u64) * order.nr_pages();
+            if z.watermark_fast(order, need, highest, flags) {
+                break (n, need);
+            }
+            if factor == 0 {
+                return None;
+            }
+            factor -= 1;
+        };
+        // A refill right after a flush: the flush gave back what was wanted again.
+        let mut limit = tune.limit.load(Ordering::Relaxed);
+        if tune.flush_run.load(Ordering::Relaxed) > 0 {
+            limit = (limit * 2).min(MAX_BATCHES);
+            tune.limit.store(limit, Ordering::Relaxed);
+            cs.set_lim(p, (base * limit as usize) as u32);
+        }
+        tune.flush_run.store(0, Ordering::Relaxed);
+        if 2usize << factor <= MAX_BATCHES as usize {
+            tune.alloc_factor.store(factor + 1, Ordering::Relaxed);
+        }
+        let mut buf = [0u32; STACK_CAP];
+        // What the CPU's list holds first (blocks freed through the lists), then
+        // whole free blocks cut up, the last one whole where the zone can spare a
+        // second batch too (at most `2n - 1 < STACK_CAP` blocks in all).
+        let mut got = pcp.take_listed(p, &mut buf[..n]);
+        if got < n {
+            let more = (n as u64) * order.nr_pages();
+            let whole = z.watermark_fast(order, need + more, highest, flags);
+            let t = z.frames.view();
+            let word = Word::pcp(order, pcp.cpu as u8);
+            let mut zl = z.lock();
+            zl.rmqueue_bulk(order, mt, flags, (n - got) as u64, whole, |first, k| {
+                let i = t.idx(first);
+                t.set_words(i, k as u32, order.0, word);
+                for j in 0..k as u32 {
+                    buf[got] = i + (j << order.0);
+                    got += 1;
+                }
+            });
+        }
+        if got == 0 {
+            return None;
+        }
+        pcp.slot.stats.refills.add(1);
+        pcp.slot.stats.refill_blocks.add(got as i64);
+        // One for this call, the rest on the stack of the CPU the thread runs on now.
+        let mine = buf[got - 1];
+        let rest = &buf[..got - 1];
+        if !rest.is_empty() {
+            match z.stacks.push_all(p, rest) {
+                Some(c) => {
+                    if let Some(cs) = z.stacks.cpu(c) {
+                        cs.count_in(p, rest.len() as u64);
+                    }
+                }
+                None => {
+                    // Stopped or full meanwhile: they go back to the buddy lists.
+                    let mut pfns = [Pfn(0); STACK_CAP];
+                    for (d, &i) in pfns.iter_mut().zip(rest) {
+                        *d = z.pfn_of(i);
+                    }
+                    z.lock().free_batch_locked(&pfns[..rest.len()], order);
+                }
+            }
+        }
+        drop(pcp);
+        z.events.pgalloc.inc(order.nr_pages());
+        Some(mine)
+    }
+
+    /// A free whose push did not happen; the caller holds the block (`Pcp`, on no
+    /// list). A full stack is flushed (see the module docs); otherwise, or when the
+    /// CPU's lock is taken, the block goes the ordinary way.
+    #[cold]
+    #[inline(never)]
+    fn free_stack_slow(&self, z: &Zone, pfn: Pfn, order: Order, p: usize, miss: Miss) {
+        let idx = z.idx(pfn);
+        let locked = match miss {
+            Miss::Cpu(cpu) => z.pcp_trylock(cpu % z.pcp.len()).zip(z.stacks.cpu(cpu)),
+            Miss::Off => None,
+        };
+        let Some((pcp, cs)) = locked else {
+            z.frames.set_word(idx, Word::frozen(order));
+            return self.free_frozen(z, pfn, order, self.current_cpu());
+        };
+        let tune = &cs.tune[p];
+        let base = batch_of(p, z.pageblock_order);
+        tune.alloc_factor.store(0, Ordering::Relaxed);
+        let run = tune.flush_run.load(Ordering::Relaxed) + 1;
+        let mut limit = tune.limit.load(Ordering::Relaxed);
+        if run > limit {
+            limit = (limit / 2).max(MIN_BATCHES);
+            tune.limit.store(limit, Ordering::Relaxed);
+            tune.flush_run.store(0, Ordering::Relaxed);
+        } else {
+            tune.flush_run.store(run, Ordering::Relaxed);
+        }
+        let lim = (base * limit as usize).min(STACK_CAP);
+        cs.set_lim(p, lim as u32);
+        // Down to a batch below the limit: one batch, or what a large refill left.
+        let keep = lim.saturating_sub(base);
+        let want = (cs.len(p) as usize).saturating_sub(keep).max(base);
+        let mut buf = [0u32; STACK_CAP];
+        let (c, n) = z
+            .stacks
+            .pop_many(p, &mut buf[..want.min(STACK_CAP)])
+            .unwrap_or((0, 0));
+        if n > 0 {
+            if let Some(cs) = z.stacks.cpu(c) {
+                cs.count_out(p, n as u64);
+            }
+        }
+        let mut pfns = [Pfn(0); STACK_CAP + 1];
+        for (d, &i) in pfns.iter_mut().zip(&buf[..n]) {
+            *d = z.pfn_of(i);
+            crate::allocator::prefetch_merge(z, *d, order);
+        }
+        pfns[n] = pfn;
+        z.lock().free_batch_locked(&pfns[..=n], order);
+        pcp.slot.stats.drains.add(1);
+        pcp.slot.stats.drain_blocks.add(n as i64 + 1);
+        drop(pcp);
+        crate::pcp::count_zone_free(z, order);
+    }
+
+    /// Pages on CPU stacks, all zones (free, counted with the per-CPU lists).
+    pub(crate) fn nr_stacked_pages(&self) -> u64 {
+        self.zones
+            .iter()
+            .map(|z| (0..z.pcp.len()).map(|cpu| stack_pages(z, cpu)).sum::<u64>())
+            .sum()
+    }
+}
+
+/// The stacks belonging to CPU `cpu`'s lists (stack `i` to CPU `i % nr_cpus`).
+fn stacks_of(z: &Zone, cpu: usize) -> impl Iterator<Item = &crate::rseq::CpuStacks> {
+    (cpu..z.stacks.len())
+        .step_by(z.pcp.len().max(1))
+        .filter_map(|i| z.stacks.cpu(i))
+}
+
+/// Pages allocated and freed through zone `z`'s stacks of CPU `cpu`: (pops,
+/// pushes), exact once quiet.
+pub(crate) fn stack_events(z: &Zone, cpu: usize) -> (u64, u64) {
+    stacks_of(z, cpu).fold((0, 0), |acc, cs| {
+        (0..NR_PCP_LISTS).fold(acc, |(a, f), p| {
+            let shift = pindex_to_order(p, z.pageblock_order).0;
+            (a + (cs.pops(p) << shift), f + (cs.pushes(p) << shift))
+        })
+    })
+}
+
+/// Pages on zone `z`'s stacks of CPU `cpu` (lock-free).
+pub(crate) fn stack_pages(z: &Zone, cpu: usize) -> u64 {
+    stacks_of(z, cpu)
+        .map(|cs| {
+            (0..NR_PCP_LISTS)
+                .map(|p| cs.len(p) << pindex_to_order(p, z.pageblock_order).0)
+                .sum::<u64>()
+        })
+        .sum()
+}

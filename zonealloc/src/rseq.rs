@@ -1,0 +1,651 @@
+//! Per-CPU stacks committed with restartable sequences: the front of the per-CPU
+//! lists, where `alloc_pages` and `free_pages` take no lock and make no atomic
+//! read-modify-write of their own.
+//!
+//! Part of the unsafe island. x86-64 Linux with glibc 2.35 or later, `std`, not
+//! under loom or Miri; everywhere else `Stacks` is empty and every call goes to
+//! the per-CPU lists' try-lock path (see `pcp`), which stays the model for loom.
+//!
+//! # Layout
+//! Each zone has one `CpuStacks` per CPU: for every per-CPU list index (order and
+//! migratetype, as `pcp::order_to_pindex`), an array of free blocks' frame
+//! indices and one 64-bit word that holds the stack's length (low 16 bits) and the
+//! pushes made on it since the zone was built (the rest). A push or a pop is a
+//! restartable sequence that reads the thread's CPU from glibc's rseq area,
+//! checks that CPU's `stopped` flag, and commits with one store of that word;
+//! if the thread is preempted, migrated or signalled before that store, the kernel
+//! restarts it from the top. So no two threads ever interleave inside one CPU's
+//! stack, and no atomic read-modify-write is needed.
+//!
+//! ```text
+//!   free:  CAS Alloc -> Pcp (the one point that decides ownership) -> push
+//!   alloc: pop -> store Alloc
+//!   full:  pop a batch (one sequence), merge it under the zone lock
+//!   empty: take a batch from the buddy lists (zone lock), push it (one sequence)
+//!   stop:  set `stopped`, membarrier(PRIVATE_EXPEDITED_RSEQ, that CPU): from then
+//!          on no sequence commits on that CPU, and the stopper owns its stacks
+//! ```
+//!
+//! Pops are not counted at all: per stack, pops = pushes + blocks put on by
+//! refills - blocks taken off by flushes and stops - length (`CpuStacks::pops`).
+//! The refill/flush counters are updated after their sequence commits, so the
+//! figure is exact once the stack is quiet.
+
+#![allow(unsafe_code)]
+
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use crate::pcp::NR_PCP_LISTS;
+
+/// Blocks one stack can hold.
+pub(crate) const STACK_CAP: usize = 512;
+const LEN_MASK: u64 = 0xffff;
+const PUSH_SHIFT: u32 = 16;
+
+/// Tuning of one stack, changed only by the holder of its CPU's pcp lock.
+#[derive(Default)]
+pub(crate) struct Tune {
+    /// Batches held before a free flushes (2 to `MAX_BATCHES`).
+    pub limit: AtomicU8,
+    /// Flushes since the last refill.
+    pub flush_run: AtomicU8,
+    /// A refill takes `batch << alloc_factor` blocks.
+    pub alloc_factor: AtomicU8,
+}
+
+/// One CPU's stacks for one zone.
+#[repr(C, align(64))]
+pub(crate) struct CpuStacks {
+    /// Non-zero while a remote thread owns these stacks (see `Stacks::stop`).
+    stopped: AtomicU32,
+    _pad: u32,
+    /// Per stack: a push finding this many blocks or more fails (a flush is due).
+    lim: [AtomicU32; NR_PCP_LISTS],
+    /// Per stack: length | pushes << 16. The commit word.
+    words: [AtomicU64; NR_PCP_LISTS],
+    /// Per stack: blocks put on by refills, taken off by flushes and stops.
+    inflow: [AtomicU64; NR_PCP_LISTS],
+    outflow: [AtomicU64; NR_PCP_LISTS],
+    pub tune: [Tune; NR_PCP_LISTS],
+    slots: [[AtomicU32; STACK_CAP]; NR_PCP_LISTS],
+}
+
+const OFF_LIM: usize = core::mem::offset_of!(CpuStacks, lim);
+const OFF_WORDS: usize = core::mem::offset_of!(CpuStacks, words);
+const OFF_SLOTS: usize = core::mem::offset_of!(CpuStacks, slots);
+const STRIDE: usize = core::mem::size_of::<CpuStacks>();
+
+impl CpuStacks {
+    fn new() -> CpuStacks {
+        CpuStacks {
+            stopped: AtomicU32::new(0),
+            _pad: 0,
+            lim: Default::default(),
+            words: Default::default(),
+            inflow: Default::default(),
+            outflow: Default::default(),
+            tune: Default::default(),
+            slots: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU32::new(0))),
+        }
+    }
+
+    /// Blocks on stack `p` now (lock-free; exact while stopped).
+    #[inline]
+    pub(crate) fn len(&self, p: usize) -> u64 {
+        self.words[p].load(Ordering::Relaxed) & LEN_MASK
+    }
+
+    /// Blocks handed out by pops of stack `p` so far (exact once quiet).
+    pub(crate) fn pops(&self, p: usize) -> u64 {
+        let w = self.words[p].load(Ordering::Acquire);
+        let pushes = w >> PUSH_SHIFT;
+        (pushes + self.inflow[p].load(Ordering::Relaxed))
+            .saturating_sub(self.outflow[p].load(Ordering::Relaxed) + (w & LEN_MASK))
+    }
+
+    /// Blocks pushed by frees so far.
+    pub(crate) fn pushes(&self, p: usize) -> u64 {
+        self.words[p].load(Ordering::Relaxed) >> PUSH_SHIFT
+    }
+
+    /// Sets the length at which a push fails (a flush is due).
+    pub(crate) fn set_lim(&self, p: usize, lim: u32) {
+        self.lim[p].store(lim.min(STACK_CAP as u32), Ordering::Relaxed);
+    }
+
+    /// Counts blocks a refill put on stack `p`.
+    pub(crate) fn count_in(&self, p: usize, n: u64) {
+        self.inflow[p].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts blocks a flush took off stack `p`.
+    pub(crate) fn count_out(&self, p: usize, n: u64) {
+        self.outflow[p].fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Whether this process can use the stacks: glibc registered an rseq area for
+/// the calling thread and the kernel accepted the membarrier registration.
+/// Decided once per process.
+fn available() -> bool {
+    static STATE: AtomicU8 = AtomicU8::new(0);
+    match STATE.load(Ordering::Acquire) {
+        1 => return true,
+        2 => return false,
+        _ => {}
+    }
+    let ok = probe();
+    STATE.store(if ok { 1 } else { 2 }, Ordering::Release);
+    ok
+}
+
+extern "C" {
+    /// Offset of the rseq area from the thread pointer (glibc 2.35+, in ld.so).
+    static __rseq_offset: isize;
+    /// Size of the registered rseq area; 0 if glibc did not register one.
+    static __rseq_size: u32;
+}
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 7;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 8;
+const MEMBARRIER_CMD_FLAG_CPU: libc::c_uint = 1;
+
+fn probe() -> bool {
+    // SAFETY: plain data exported by glibc, written once before `main`.
+    let size = unsafe { __rseq_size };
+    // The original ABI's 20 bytes: cpu_id_start, cpu_id, rseq_cs, flags.
+    if size < 20 {
+        return false;
+    }
+    // SAFETY: the area is registered (size above); reading `cpu_id` has no
+    // side effects.
+    let cpu = unsafe { core::ptr::read_volatile(area().add(4) as *const u32) };
+    if (cpu as i32) < 0 {
+        return false;
+    }
+    // SAFETY: membarrier takes plain integers; registering twice is harmless.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
+            0 as libc::c_uint,
+            0 as libc::c_int,
+        )
+    };
+    r == 0
+}
+
+/// The calling thread's rseq area.
+#[inline(always)]
+fn area() -> *mut u8 {
+    let tp: usize;
+    // SAFETY: on x86-64 Linux the first word of the TCB at %fs:0 holds the thread
+    // pointer itself; reading it has no side effects.
+    unsafe {
+        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    // SAFETY: plain data exported by glibc.
+    tp.wrapping_add_signed(unsafe { __rseq_offset }) as *mut u8
+}
+
+/// Why a push or pop did not happen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// The stack of CPU `.0` is empty (pop) or at its limit (push).
+    Cpu(usize),
+    /// No stack to use: this thread's CPU is stopped or out of range, or the
+    /// process has no stacks.
+    Off,
+}
+
+/// Arguments of the bulk sequences, read from memory inside them.
+#[repr(C)]
+struct Bulk {
+    base: *const CpuStacks,
+    n: u64,
+    woff: u64,
+    soff: u64,
+    buf: *mut u32,
+    k: u64,
+}
+
+/// A zone's per-CPU stacks (empty when the process cannot use them).
+pub(crate) struct Stacks {
+    cpus: alloc::boxed::Box<[CpuStacks]>,
+}
+
+impl Stacks {
+    /// No stacks: every call takes the per-CPU lists' try-lock path.
+    pub(crate) fn none() -> Stacks {
+        Stacks {
+            cpus: alloc::boxed::Box::new([]),
+        }
+    }
+
+    /// Stacks for every CPU the system may bring online, and at least `nr_cpus`,
+    /// if this process can use them. Stack `i` belongs to the per-CPU lists of
+    /// CPU `i % nr_cpus`.
+    pub(crate) fn new(nr_cpus: usize) -> Stacks {
+        if !available() {
+            return Stacks::none();
+        }
+        // SAFETY: sysconf has no preconditions.
+        let conf = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        let n = nr_cpus.max(conf.clamp(1, 4096) as usize);
+        let mut v = alloc::vec::Vec::with_capacity(n);
+        v.resize_with(n, CpuStacks::new);
+        Stacks {
+            cpus: v.into_boxed_slice(),
+        }
+    }
+
+    /// Whether there are stacks at all.
+    #[inline(always)]
+    pub(crate) fn on(&self) -> bool {
+        !self.cpus.is_empty()
+    }
+
+    /// How many CPUs have stacks.
+    pub(crate) fn len(&self) -> usize {
+        self.cpus.len()
+    }
+
+    /// CPU `cpu`'s stacks.
+    pub(crate) fn cpu(&self, cpu: usize) -> Option<&CpuStacks> {
+        self.cpus.get(cpu)
+    }
+
+    /// All CPUs' stacks.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &CpuStacks> {
+        self.cpus.iter()
+    }
+
+    fn index_of(&self, c: *const CpuStacks) -> usize {
+        (c as usize - self.cpus.as_ptr() as usize) / STRIDE
+    }
+
+    /// Pops a frame index from stack `p` of the CPU the thread runs on.
+    #[inline(always)]
+    pub(crate) fn pop(&self, p: usize) -> Result<u32, Miss> {
+        let out: u64;
+        let c: usize;
+        // SAFETY: the sequence reads the thread's own rseq area (registered: the
+        // stacks exist only if `available()`), checks the CPU against the number
+        // of stacks, and reads and writes only inside `CpuStacks` of that CPU at
+        // offsets below its size (`p < NR_PCP_LISTS`, length below `STACK_CAP`).
+        // Its descriptor lies in `__rseq_cs` with the abort signature before the
+        // abort label, as the kernel requires.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "lea {t}, [rip + 9f]",
+                "mov qword ptr [{rs} + 8], {t}",
+                "3:",
+                "mov {c:e}, dword ptr [{rs} + 4]",
+                "cmp {c}, {n}",
+                "jae 7f",
+                "imul {c}, {c}, {stride}",
+                "add {c}, {base}",
+                "cmp dword ptr [{c}], 0",
+                "jne 6f",
+                "mov {w}, qword ptr [{c} + {p}*8 + {words}]",
+                "test {w:x}, {w:x}",
+                "jz 6f",
+                "sub {w}, 1",
+                "movzx {t:e}, {w:x}",
+                "add {t}, {pcap}",
+                "mov {out:e}, dword ptr [{c} + {t}*4 + {slots}]",
+                "mov qword ptr [{c} + {p}*8 + {words}], {w}",
+                "4:",
+                "jmp 8f",
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long 0x53053053",
+                "5:",
+                "jmp 2b",
+                "6:",
+                "mov {out}, -2",
+                "jmp 8f",
+                "7:",
+                "mov {out}, -1",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "9:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 5b",
+                ".popsection",
+                rs = in(reg) area(),
+                n = in(reg) self.cpus.len(),
+                base = in(reg) self.cpus.as_ptr(),
+                p = in(reg) p,
+                pcap = in(reg) p * STACK_CAP,
+                stride = const STRIDE,
+                words = const OFF_WORDS,
+                slots = const OFF_SLOTS,
+                t = out(reg) _,
+                c = out(reg) c,
+                w = out(reg) _,
+                out = out(reg) out,
+                options(nostack),
+            );
+        }
+        match out as i64 {
+            -1 => Err(Miss::Off),
+            -2 => self.empty_or_stopped(c),
+            _ => Ok(out as u32),
+        }
+    }
+
+    #[cold]
+    fn empty_or_stopped(&self, c: usize) -> Result<u32, Miss> {
+        let cpu = self.index_of(c as *const CpuStacks);
+        if self.cpus[cpu].stopped.load(Ordering::Relaxed) != 0 {
+            Err(Miss::Off)
+        } else {
+            Err(Miss::Cpu(cpu))
+        }
+    }
+
+    /// Pushes frame index `idx` on stack `p` of the CPU the thread runs on,
+    /// counting it as a free.
+    #[inline(always)]
+    pub(crate) fn push(&self, p: usize, idx: u32) -> Result<(), Miss> {
+        let st: u64;
+        let c: usize;
+        // SAFETY: as `pop`; the length is checked against `lim`, which is at most
+        // `STACK_CAP`, before the slot at that length is written.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "lea {t}, [rip + 9f]",
+                "mov qword ptr [{rs} + 8], {t}",
+                "3:",
+                "mov {c:e}, dword ptr [{rs} + 4]",
+                "cmp {c}, {n}",
+                "jae 7f",
+                "imul {c}, {c}, {stride}",
+                "add {c}, {base}",
+                "cmp dword ptr [{c}], 0",
+                "jne 7f",
+                "mov {w}, qword ptr [{c} + {p}*8 + {words}]",
+                "movzx {t:e}, {w:x}",
+                "cmp {t:e}, dword ptr [{c} + {p}*4 + {lim}]",
+                "jae 6f",
+                "add {t}, {pcap}",
+                "mov dword ptr [{c} + {t}*4 + {slots}], {idx:e}",
+                "add {w}, 0x10001",
+                "mov qword ptr [{c} + {p}*8 + {words}], {w}",
+                "4:",
+                "xor {st:e}, {st:e}",
+                "jmp 8f",
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long 0x53053053",
+                "5:",
+                "jmp 2b",
+                "6:",
+                "mov {st:e}, 1",
+                "jmp 8f",
+                "7:",
+                "mov {st:e}, 2",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "9:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 5b",
+                ".popsection",
+                rs = in(reg) area(),
+                n = in(reg) self.cpus.len(),
+                base = in(reg) self.cpus.as_ptr(),
+                p = in(reg) p,
+                pcap = in(reg) p * STACK_CAP,
+                idx = in(reg) idx,
+                stride = const STRIDE,
+                words = const OFF_WORDS,
+                slots = const OFF_SLOTS,
+                lim = const OFF_LIM,
+                t = out(reg) _,
+                c = out(reg) c,
+                w = out(reg) _,
+                st = out(reg) st,
+                options(nostack),
+            );
+        }
+        match st {
+            0 => Ok(()),
+            1 => Err(Miss::Cpu(self.index_of(c as *const CpuStacks))),
+            _ => Err(Miss::Off),
+        }
+    }
+
+    /// Pushes all of `blocks` (frame indices) on stack `p` of the CPU the thread
+    /// runs on, or none of them (no room below `STACK_CAP`, CPU stopped or out of
+    /// range). Returns the CPU.
+    pub(crate) fn push_all(&self, p: usize, blocks: &[u32]) -> Option<usize> {
+        if blocks.is_empty() || blocks.len() > STACK_CAP {
+            return None;
+        }
+        let args = Bulk {
+            base: self.cpus.as_ptr(),
+            n: self.cpus.len() as u64,
+            woff: (OFF_WORDS + p * 8) as u64,
+            soff: (OFF_SLOTS + p * STACK_CAP * 4) as u64,
+            buf: blocks.as_ptr() as *mut u32,
+            k: blocks.len() as u64,
+        };
+        let c: usize;
+        let st: u64;
+        // SAFETY: as `pop`; `len + k <= STACK_CAP` is checked before any slot is
+        // written, the slots written lie past the committed length (invisible
+        // until the commit), and `buf` holds `k` indices.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "lea {t}, [rip + 9f]",
+                "mov qword ptr [{rs} + 8], {t}",
+                "3:",
+                "mov {c:e}, dword ptr [{rs} + 4]",
+                "cmp {c}, qword ptr [{a} + 8]",
+                "jae 7f",
+                "imul {c}, {c}, {stride}",
+                "add {c}, qword ptr [{a}]",
+                "cmp dword ptr [{c}], 0",
+                "jne 7f",
+                "mov {t}, qword ptr [{a} + 16]",
+                "mov {w}, qword ptr [{c} + {t}]",
+                "movzx {t:e}, {w:x}",
+                "mov {j}, {t}",
+                "add {j}, qword ptr [{a} + 40]",
+                "cmp {j}, {cap}",
+                "ja 7f",
+                "lea {t}, [{c} + {t}*4]",
+                "add {t}, qword ptr [{a} + 24]",
+                "xor {j:e}, {j:e}",
+                "mov {e}, qword ptr [{a} + 32]",
+                "22:",
+                "cmp {j}, qword ptr [{a} + 40]",
+                "jae 23f",
+                "mov {w:e}, dword ptr [{e} + {j}*4]",
+                "mov dword ptr [{t} + {j}*4], {w:e}",
+                "add {j}, 1",
+                "jmp 22b",
+                "23:",
+                // The word again (nothing on this CPU commits inside our section).
+                "mov {t}, qword ptr [{a} + 16]",
+                "mov {w}, qword ptr [{c} + {t}]",
+                "add {w}, qword ptr [{a} + 40]",
+                "mov qword ptr [{c} + {t}], {w}",
+                "4:",
+                "xor {st:e}, {st:e}",
+                "jmp 8f",
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long 0x53053053",
+                "5:",
+                "jmp 2b",
+                "7:",
+                "mov {st:e}, 1",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "9:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 5b",
+                ".popsection",
+                rs = in(reg) area(),
+                a = in(reg) &args,
+                stride = const STRIDE,
+                cap = const STACK_CAP,
+                t = out(reg) _,
+                c = out(reg) c,
+                w = out(reg) _,
+                j = out(reg) _,
+                e = out(reg) _,
+                st = out(reg) st,
+                options(nostack),
+            );
+        }
+        (st == 0).then(|| self.index_of(c as *const CpuStacks))
+    }
+
+    /// Pops up to `out.len()` frame indices (the top of the stack) from stack `p` of
+    /// the CPU the thread runs on into `out`. Returns the CPU and how many it
+    /// popped (possibly none), or `None` for a stopped or out-of-range CPU.
+    pub(crate) fn pop_many(&self, p: usize, out: &mut [u32]) -> Option<(usize, usize)> {
+        let args = Bulk {
+            base: self.cpus.as_ptr(),
+            n: self.cpus.len() as u64,
+            woff: (OFF_WORDS + p * 8) as u64,
+            soff: (OFF_SLOTS + p * STACK_CAP * 4) as u64,
+            buf: out.as_mut_ptr(),
+            k: out.len().min(STACK_CAP) as u64,
+        };
+        let c: usize;
+        let got: u64;
+        // SAFETY: as `pop`; it copies `j <= len` slots below the committed length
+        // into `buf`, which has room for `k >= j`, and commits `len - j`.
+        unsafe {
+            core::arch::asm!(
+                "2:",
+                "lea {t}, [rip + 9f]",
+                "mov qword ptr [{rs} + 8], {t}",
+                "3:",
+                "mov {c:e}, dword ptr [{rs} + 4]",
+                "cmp {c}, qword ptr [{a} + 8]",
+                "jae 7f",
+                "imul {c}, {c}, {stride}",
+                "add {c}, qword ptr [{a}]",
+                "cmp dword ptr [{c}], 0",
+                "jne 7f",
+                "mov {t}, qword ptr [{a} + 16]",
+                "mov {w}, qword ptr [{c} + {t}]",
+                "movzx {t:e}, {w:x}",
+                "mov {j}, qword ptr [{a} + 40]",
+                "cmp {t}, {j}",
+                "cmovb {j}, {t}",
+                "sub {t}, {j}",
+                "lea {t}, [{c} + {t}*4]",
+                "add {t}, qword ptr [{a} + 24]",
+                "mov {e}, qword ptr [{a} + 32]",
+                "mov {got}, {j}",
+                "22:",
+                "test {j}, {j}",
+                "jz 23f",
+                "sub {j}, 1",
+                "mov {w:e}, dword ptr [{t} + {j}*4]",
+                "mov dword ptr [{e} + {j}*4], {w:e}",
+                "jmp 22b",
+                "23:",
+                "mov {t}, qword ptr [{a} + 16]",
+                "mov {w}, qword ptr [{c} + {t}]",
+                "sub {w}, {got}",
+                "mov qword ptr [{c} + {t}], {w}",
+                "4:",
+                "jmp 8f",
+                ".byte 0x0f, 0xb9, 0x3d",
+                ".long 0x53053053",
+                "5:",
+                "jmp 2b",
+                "7:",
+                "mov {got}, -1",
+                "8:",
+                ".pushsection __rseq_cs, \"aw\"",
+                ".balign 32",
+                "9:",
+                ".long 0, 0",
+                ".quad 3b, 4b - 3b, 5b",
+                ".popsection",
+                rs = in(reg) area(),
+                a = in(reg) &args,
+                stride = const STRIDE,
+                t = out(reg) _,
+                c = out(reg) c,
+                w = out(reg) _,
+                j = out(reg) _,
+                e = out(reg) _,
+                got = out(reg) got,
+                options(nostack),
+            );
+        }
+        (got as i64 >= 0).then(|| (self.index_of(c as *const CpuStacks), got as usize))
+    }
+
+    /// Stops CPU `cpu`'s stacks: when this returns, no sequence commits on them
+    /// until `resume`, and the caller may change them. The caller holds the CPU's
+    /// pcp lock, so no two stoppers meet.
+    pub(crate) fn stop(&self, cpu: usize) -> Option<&CpuStacks> {
+        let c = self.cpus.get(cpu)?;
+        c.stopped.store(1, Ordering::SeqCst);
+        // Any sequence that read `stopped` as 0 and has not committed yet runs on
+        // that CPU now or was preempted inside its section: the membarrier
+        // restarts the first kind, the kernel the second on its way back.
+        // SAFETY: membarrier takes plain integers.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+                MEMBARRIER_CMD_FLAG_CPU,
+                cpu as libc::c_int,
+            )
+        };
+        if r != 0 {
+            // A CPU that is not online runs no sequence; for anything else, restart
+            // sequences on every CPU (registration succeeded, so this is accepted).
+            // SAFETY: as above.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+                    0 as libc::c_uint,
+                    0 as libc::c_int,
+                )
+            };
+            debug_assert_eq!(r, 0, "membarrier refused after registration");
+        }
+        core::sync::atomic::fence(Ordering::SeqCst);
+        Some(c)
+    }
+
+    /// Lets CPU `cpu`'s sequences commit again.
+    pub(crate) fn resume(&self, cpu: usize) {
+        if let Some(c) = self.cpus.get(cpu) {
+            c.stopped.store(0, Ordering::Release);
+        }
+    }
+}
+
+impl CpuStacks {
+    /// Takes every block off stack `p` of a stopped CPU, bottom first. Counts them
+    /// out.
+    pub(crate) fn take_all_stopped(&self, p: usize, out: &mut alloc::vec::Vec<u32>) {
+        debug_assert_ne!(self.stopped.load(Ordering::Relaxed), 0);
+        let w = self.words[p].load(Ordering::Acquire);
+        let len = (w & LEN_MASK) as usize;
+        out.extend(
+            self.slots[p][..len]
+                .iter()
+                .map(|s| s.load(Ordering::Relaxed)),
+        );
+        self.words[p].store(w & !LEN_MASK, Ordering::Release);
+        self.outflow[p].fetch_add(len as u64, Ordering::Relaxed);
+    }
+}
