@@ -473,6 +473,17 @@ impl<B: Backend> ZoneAllocator<B> {
         self.alloc_pages_node_on(self.cpu_index(cpu), 0, gfp, order, Head::PLAIN)
     }
 
+    /// Whether `alloc_pages` and `free_pages` use the per-CPU stacks committed
+    /// with restartable sequences (`PcpConfig::rseq`): the process has them
+    /// (x86-64 Linux, glibc 2.35 or later with its rseq registration, the
+    /// kernel's `membarrier` accepting `PRIVATE_EXPEDITED_RSEQ`), and the
+    /// configuration allows them (per-CPU lists on, no `cpu_id` hook, no debug
+    /// mode that touches pages). Otherwise every call takes the per-CPU lists'
+    /// try-lock path.
+    pub fn uses_cpu_stacks(&self) -> bool {
+        self.fast
+    }
+
     /// The CPU whose per-CPU lists this thread uses now. A `Config::cpu_id` hook
     /// that panics reads as CPU 0 (with `std`; see `Config::cpu_id`).
     #[inline]
