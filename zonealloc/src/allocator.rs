@@ -74,6 +74,9 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// the process can use them, the configuration allows them, and no debug
     /// mode or `cpu_id` hook is set.
     pub(crate) fast: bool,
+    /// Every `LocalCache` holding blocks of its own (where `fast` is off), so that
+    /// drains and the slow path reach what idle owners hold.
+    pub(crate) caches: crate::sync::Lock<Vec<alloc::sync::Weak<crate::local::CacheShared>>>,
     min_free_kbytes: u64,
     pub(crate) backend: B,
     pub(crate) debug: DebugState,
@@ -222,6 +225,7 @@ impl<B: Backend> ZoneAllocator<B> {
             node_zones: node_zones.into_boxed_slice(),
             preferred,
             fast,
+            caches: crate::sync::Lock::new(Vec::new()),
             backend,
             debug: DebugState::new(debug),
             compact,
@@ -971,16 +975,17 @@ impl<B: Backend> ZoneAllocator<B> {
     /// thread (each remote CPU's lock taken in turn; no cross-CPU calls needed).
     /// Returns the pages returned.
     pub fn drain_all_pages(&self) -> u64 {
-        (0..self.config.nr_cpus)
-            .map(|cpu| self.drain_cpu_pages(cpu))
-            .sum()
+        self.drain_caches()
+            + (0..self.config.nr_cpus)
+                .map(|cpu| self.drain_cpu_pages(cpu))
+                .sum::<u64>()
     }
 
     /// `decay_pcp_high()` on every CPU and zone: what Linux's vmstat worker does once
     /// a second. Call it periodically to let idle CPUs give memory back. Returns
     /// whether some CPU has more to decay.
     pub fn pcp_decay(&self) -> bool {
-        let mut more = false;
+        let mut more = self.decay_caches();
         for z in self.zones.iter() {
             for cpu in 0..z.pcp.len() {
                 more |= z.pcp_lock(cpu).decay(self.config.pcp.prefetch_buddy);
@@ -989,7 +994,8 @@ impl<B: Backend> ZoneAllocator<B> {
         more
     }
 
-    /// Pages on every CPU's lists, all zones (free, but not in `nr_free_pages`).
+    /// Pages on every CPU's lists and stacks, and in `LocalCache`s, all zones
+    /// (free, but not in `nr_free_pages`). Lock-free; exact once quiet.
     pub fn nr_pcp_pages(&self) -> u64 {
         self.zones
             .iter()
@@ -997,6 +1003,7 @@ impl<B: Backend> ZoneAllocator<B> {
             .map(|s| s.stats.count.get())
             .sum::<u64>()
             + self.nr_stacked_pages()
+            + self.nr_cached_pages()
     }
 
     /// Adds a reference to the allocated block whose head is `pfn`.

@@ -1,26 +1,33 @@
-//! `LocalCache`: free blocks held by one owner, in front of the per-CPU lists.
+//! `LocalCache`: a caller's handle on the fast path, with blocks of its own where
+//! the per-CPU stacks are missing.
 //!
 //! Public API here: `ZoneAllocator::local_cache`, `local_cache_on` and `LocalCache`.
 //!
-//! A per-CPU list is shared by every thread that runs on its CPU, so each use takes
-//! its lock (one atomic read-modify-write to take it, a release store to give it
-//! back). A `LocalCache` belongs to one owner (its methods take `&mut self`): its
-//! blocks sit in plain arrays that no other thread reads, so handing one out and
-//! taking one back need no lock at all. It trades memory for that: blocks held by a
-//! cache are free but unavailable to everyone else until it is flushed or dropped
-//! (`drain_all_pages` cannot reach them), which is why it is an explicit object and
-//! not what `alloc_pages` does behind the caller's back.
+//! **With the per-CPU stacks** (`ZoneAllocator::uses_cpu_stacks`: x86-64 Linux
+//! with glibc's rseq registration) `alloc_pages` and `free_pages` already run at
+//! a cache's speed, without a lock, and everything they hold is on per-CPU stacks
+//! that `drain_all_pages` and the allocation slow path empty. A `LocalCache` then
+//! holds nothing: its calls are `alloc_pages(gfp, ..)` and `free_pages`, kept so
+//! that code written against it keeps working.
+//!
+//! **Without them** (no rseq, `no_std`, the stacks turned off in `PcpConfig`) a
+//! cache holds free blocks of its own in plain arrays, in front of the per-CPU
+//! lists, whose generic path costs far more per call. The arrays sit behind a
+//! lock only its owner takes in the ordinary course (one uncontended atomic
+//! read-modify-write and one release store a call); the allocator knows every
+//! cache (they are registered with it) and takes the same lock to empty one:
+//! `drain_all_pages`, and so the allocation slow path before it answers
+//! `NoMemory`, empties every cache, idle owners' included, and `pcp_decay`
+//! empties the caches whose owners made no call since the decay before. What
+//! caches hold shows in `nr_cached_pages()` and vmstat's `nr_local_cache_pages`.
 //!
 //! The guarantees of the raw API hold unchanged. A block freed into the cache goes
 //! `Alloc -> Cached` with the same compare-and-swap `free_pages` uses, so of two
 //! racing frees of one block exactly one wins, and every later free, `get_page` or
-//! `split_page` of a cached block is refused (`AlreadyFree`). Only the cache that
-//! holds a `Cached` block changes its state again: to `Alloc` with a release store
-//! when it hands the block out, to a free block under the zone lock when it flushes.
-//! So the common pair costs one atomic read-modify-write (the free's CAS) and one
-//! release store, and writes no line but the block's own state word; the per-CPU
-//! path costs three read-modify-writes (the free's CAS and each call's lock) and
-//! four release stores, and also writes the list links of neighbouring blocks.
+//! `split_page` of a cached block is refused (`AlreadyFree`). Only the holder of
+//! the cache's lock changes a `Cached` block's state again: to `Alloc` with a
+//! release store when it hands the block out, to a free block under the zone lock
+//! when it flushes.
 //!
 //! ```text
 //!   alloc:  pop -> store Alloc          refill: `batch` blocks, this CPU's list first,
@@ -62,6 +69,7 @@
 //! allocated (to the cache); the debug modes poison a block when it enters the cache
 //! and check it when it leaves.
 
+use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 
 use crate::allocator::{Head, Holder, ZoneAllocator};
@@ -71,6 +79,7 @@ use crate::fault::FaultSite;
 use crate::frame::{Tag, Word, FLAG_ISOLATED};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{pcp_allowed_order, PcpLocked, PAGE_ALLOC_COSTLY_ORDER};
+use crate::sync::{TryLock, TryLockGuard};
 use crate::types::{Migratetype, Order, Pfn, Wmark};
 use crate::zone::Zone;
 
@@ -91,9 +100,11 @@ pub const LOCAL_CACHE_MAX_BATCHES: usize = 8;
 /// Batches of one order a new cache holds before it flushes.
 const MIN_BATCHES: u8 = 2;
 
-/// Free blocks owned by one caller: lock-free allocation and freeing of orders up
-/// to `PAGE_ALLOC_COSTLY_ORDER` (see the [module documentation](crate::local) for
-/// what it costs and guarantees). Dropping it gives every block back.
+/// A caller's handle on the fast path for orders up to `PAGE_ALLOC_COSTLY_ORDER`:
+/// `alloc_pages`/`free_pages` where the per-CPU stacks serve them, else free
+/// blocks of its own that the allocator can always reach (see the [module
+/// documentation](crate::local) for what it costs and guarantees). Dropping it
+/// gives every block back.
 ///
 /// # Examples
 /// ```
@@ -118,8 +129,35 @@ pub struct LocalCache<'a, B: Backend> {
     /// Neither a debug mode nor `__GFP_ZERO` touches the pages: handing a block out
     /// is one store, and taking one back needs no page work either.
     plain: bool,
+    /// The allocator's per-CPU stacks serve `alloc_pages` and `free_pages`
+    /// (`ZoneAllocator::uses_cpu_stacks`): the cache holds nothing of its own and
+    /// calls them (see the module docs).
+    thin: bool,
     batch: usize,
+    /// The blocks, shared with the allocator's registry (absent when `thin`).
+    shared: Option<Arc<CacheShared>>,
+}
+
+/// What the allocator can reach of a cache: its blocks behind their lock, and how
+/// many pages they are (written by the lock's holder, read by anyone).
+pub(crate) struct CacheShared {
+    held: TryLock<Held>,
+    pages: crate::counter::Counter,
+    /// The zone (its index) and the CPU whose lists the cache refills from: its
+    /// pages count with that CPU's per-CPU pages.
+    zone: usize,
+    cpu: usize,
+}
+
+/// A cache's blocks and tuning, behind its lock.
+struct Held {
+    /// Index of the cache's zone in the allocator.
+    zone: usize,
     stacks: [Vec<Pfn>; LOCAL_ORDERS],
+    /// Pages on `stacks`.
+    pages: u64,
+    /// A call since the last `pcp_decay` (see `ZoneAllocator::decay_caches`).
+    used: bool,
     /// Per order: batches held before a free flushes (`MIN_BATCHES` to
     /// `LOCAL_CACHE_MAX_BATCHES`), and flushes since the last refill.
     limit: [u8; LOCAL_ORDERS],
@@ -135,6 +173,41 @@ pub struct LocalCache<'a, B: Backend> {
     flush_at: [usize; LOCAL_ORDERS],
 }
 
+type HeldGuard<'g> = TryLockGuard<'g, Held>;
+
+impl Held {
+    /// Gives the `n` oldest blocks of `order` back to the buddy lists.
+    fn flush_order<B: Backend>(&mut self, za: &ZoneAllocator<B>, order: Order, n: usize) -> u64 {
+        let stack = &mut self.stacks[order.idx()];
+        let n = n.min(stack.len());
+        if n == 0 {
+            return 0;
+        }
+        za.free_cached(&za.zones[self.zone], order, &stack[..n]);
+        stack.drain(..n);
+        self.pages -= (n as u64) << order.0;
+        n as u64
+    }
+
+    /// Gives every block back; returns the pages given back.
+    fn flush_all<B: Backend>(&mut self, za: &ZoneAllocator<B>) -> u64 {
+        let before = self.pages;
+        self.alloc_factor = [0; LOCAL_ORDERS];
+        for o in 0..LOCAL_ORDERS {
+            self.flush_order(za, Order(o as u8), usize::MAX);
+        }
+        before - self.pages
+    }
+}
+
+impl CacheShared {
+    /// Publishes the pages the holder's `Held` holds.
+    #[inline(always)]
+    fn publish(&self, h: &Held) {
+        self.pages.set(h.pages);
+    }
+}
+
 impl<B: Backend> ZoneAllocator<B> {
     /// A `LocalCache` for requests of `gfp`, refilled first from the list of the CPU
     /// the caller runs on now.
@@ -146,7 +219,8 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// As `local_cache`, refilled first from CPU `cpu`'s list (taken modulo
-    /// `nr_cpus`).
+    /// `nr_cpus`; without effect where the per-CPU stacks serve the cache, which
+    /// then uses the CPU each call runs on).
     ///
     /// # Errors
     /// As `local_cache`.
@@ -156,6 +230,27 @@ impl<B: Backend> ZoneAllocator<B> {
             .zonelist(0)
             .find(|z| z.zone_type() <= highest && z.present > 0)
             .ok_or(AllocError::NoEligibleZone)?;
+        let shared = (!self.fast).then(|| {
+            let shared = Arc::new(CacheShared {
+                held: TryLock::new(Held {
+                    zone: zone.index,
+                    stacks: Default::default(),
+                    pages: 0,
+                    used: true,
+                    limit: [MIN_BATCHES; LOCAL_ORDERS],
+                    flush_run: [0; LOCAL_ORDERS],
+                    alloc_factor: [0; LOCAL_ORDERS],
+                    flush_at: [0; LOCAL_ORDERS],
+                }),
+                pages: crate::counter::Counter::new(),
+                zone: zone.index,
+                cpu: cpu % self.config.nr_cpus.max(1),
+            });
+            let mut reg = self.caches.lock();
+            reg.retain(|w| w.strong_count() > 0);
+            reg.push(Arc::downgrade(&shared));
+            shared
+        });
         Ok(LocalCache {
             za: self,
             zone,
@@ -163,14 +258,70 @@ impl<B: Backend> ZoneAllocator<B> {
             gfp,
             mt: gfp.migratetype(),
             plain: !self.debug.touches_pages() && !gfp.contains(Gfp::ZERO),
+            thin: self.fast,
             batch: LOCAL_CACHE_BATCH,
-            stacks: Default::default(),
-            limit: [MIN_BATCHES; LOCAL_ORDERS],
-            flush_run: [0; LOCAL_ORDERS],
-            alloc_factor: [0; LOCAL_ORDERS],
-            flush_at: [0; LOCAL_ORDERS],
+            shared,
         }
         .with_batch(LOCAL_CACHE_BATCH))
+    }
+
+    /// The registered caches still alive.
+    fn live_caches(&self) -> Vec<Arc<CacheShared>> {
+        self.caches
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    /// Empties every `LocalCache` (their owners' calls wait meanwhile). Returns
+    /// the pages given back.
+    pub(crate) fn drain_caches(&self) -> u64 {
+        self.live_caches()
+            .iter()
+            .map(|c| {
+                let mut h = c.held.lock();
+                let n = h.flush_all(self);
+                c.publish(&h);
+                n
+            })
+            .sum()
+    }
+
+    /// Empties the caches whose owners made no call since the last decay, skipping
+    /// any in use now; marks the others unused. Returns whether a cache still holds
+    /// pages.
+    pub(crate) fn decay_caches(&self) -> bool {
+        let mut more = false;
+        for c in self.live_caches() {
+            let Some(mut h) = c.held.try_lock() else {
+                more = true;
+                continue;
+            };
+            if !h.used {
+                h.flush_all(self);
+                c.publish(&h);
+            }
+            h.used = false;
+            more |= h.pages > 0;
+        }
+        more
+    }
+
+    /// Free pages held by `LocalCache`s now (part of `nr_pcp_pages`, and of
+    /// zoneinfo's per-CPU `count` for the CPU each cache refills from; not in
+    /// `nr_free_pages`). Always 0 where the per-CPU stacks serve the caches.
+    pub fn nr_cached_pages(&self) -> u64 {
+        self.live_caches().iter().map(|c| c.pages.get()).sum()
+    }
+
+    /// Pages held by the caches of zone `z` that refill from CPU `cpu`'s lists.
+    pub(crate) fn cached_pages_of(&self, z: &Zone, cpu: usize) -> u64 {
+        self.live_caches()
+            .iter()
+            .filter(|c| c.zone == z.index && c.cpu == cpu)
+            .map(|c| c.pages.get())
+            .sum()
     }
 }
 
@@ -181,11 +332,13 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// take up to one less than twice what it asks, so as to take its last free
     /// block whole; the cache holds twice a batch of each order before a free
     /// flushes, at most `LOCAL_CACHE_MAX_BATCHES` times as many once its limit
-    /// has grown).
+    /// has grown). No effect where the per-CPU stacks serve the cache.
     pub fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch.max(1);
-        for o in 0..LOCAL_ORDERS {
-            self.set_flush_at(Order(o as u8));
+        if let Some(mut h) = self.lock() {
+            for o in 0..LOCAL_ORDERS {
+                self.set_flush_at(&mut h, Order(o as u8));
+            }
         }
         self
     }
@@ -195,25 +348,36 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         self.za
     }
 
+    /// The cache's blocks, locked (the owner's calls find the lock free unless a
+    /// drain holds it); `None` for a thin cache.
+    #[inline(always)]
+    fn lock(&self) -> Option<HeldGuard<'_>> {
+        self.shared.as_ref().map(|s| s.held.lock())
+    }
+
     /// Frames held free by the cache now.
     pub fn cached_pages(&self) -> u64 {
-        self.stacks
-            .iter()
-            .enumerate()
-            .map(|(o, s)| (s.len() as u64) << o)
-            .sum()
+        self.shared.as_ref().map_or(0, |s| s.pages.get())
     }
 
     /// A block of `2^order` frames: from the cache when it holds one, else refilled
     /// with a batch (see `refill`); orders above `PAGE_ALLOC_COSTLY_ORDER` go
-    /// to `alloc_pages`.
+    /// to `alloc_pages`. Where the per-CPU stacks serve the cache, `alloc_pages`.
     ///
     /// # Errors
     /// As `alloc_pages`.
     #[inline(always)]
     pub fn alloc(&mut self, order: Order) -> Result<Pfn, AllocError> {
-        if let Some(stack) = self.stacks.get_mut(order.idx()) {
-            if let Some(pfn) = stack.pop() {
+        let Some(shared) = &self.shared else {
+            return self.za.alloc_pages(self.gfp, order);
+        };
+        if order.idx() < LOCAL_ORDERS {
+            let mut h = shared.held.lock();
+            h.used = true;
+            if let Some(pfn) = h.stacks[order.idx()].pop() {
+                h.pages -= order.nr_pages();
+                shared.publish(&h);
+                drop(h);
                 if let Some(p) = self.hand_out(pfn, order) {
                     return Ok(p);
                 }
@@ -246,23 +410,36 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         Some(pfn)
     }
 
+    /// Pops a block of `order` (locked), handing it out; `None` when the stack is
+    /// empty or the debug checks retired every block on it.
+    fn take_one(&self, h: &mut HeldGuard<'_>, order: Order) -> Option<Pfn> {
+        while let Some(pfn) = h.stacks[order.idx()].pop() {
+            h.pages -= order.nr_pages();
+            if let Some(p) = self.hand_out(pfn, order) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
     /// Empty stack (or a retired block, or an order the cache does not hold).
     #[cold]
     #[inline(never)]
     fn alloc_slow(&mut self, order: Order) -> Result<Pfn, AllocError> {
         let za = self.za;
         if order.idx() < LOCAL_ORDERS {
-            while let Some(pfn) = self.stacks[order.idx()].pop() {
-                if let Some(p) = self.hand_out(pfn, order) {
-                    return Ok(p);
+            if let Some(shared) = &self.shared {
+                let mut h = shared.held.lock();
+                let mut got = self.take_one(&mut h, order);
+                if got.is_none() {
+                    if self.refill(&mut h, order) {
+                        grow_after_refill(&mut h, order);
+                    }
+                    self.set_flush_at(&mut h, order);
+                    got = self.take_one(&mut h, order);
                 }
-            }
-            if self.refill(order) {
-                self.grow_after_refill(order);
-            }
-            self.set_flush_at(order);
-            while let Some(pfn) = self.stacks[order.idx()].pop() {
-                if let Some(p) = self.hand_out(pfn, order) {
+                shared.publish(&h);
+                if let Some(p) = got {
                     return Ok(p);
                 }
             }
@@ -278,7 +455,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// per-CPU list would only pass them through). Raises `alloc_factor` for the
     /// next refill. Where the zone cannot spare one batch, see `take_listed`.
     /// Returns whether it took any.
-    fn refill(&mut self, order: Order) -> bool {
+    fn refill(&self, h: &mut Held, order: Order) -> bool {
         let (za, z) = (self.za, self.zone);
         if !za.config.pcp.enabled
             || !pcp_allowed_order(order, z.pageblock_order)
@@ -292,7 +469,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         // A run of refills takes more each time; near the watermark, as much of
         // that as the zone can spare, down to one batch.
         let low = z.wmark(Wmark::Low);
-        let mut factor = self.alloc_factor[order.idx()];
+        let mut factor = h.alloc_factor[order.idx()];
         let (n, need) = loop {
             let n = base.saturating_mul(1 << factor);
             // Saturating: a batch set past what any zone holds fails the check.
@@ -301,7 +478,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
                 break (n, need);
             }
             if factor == 0 {
-                return self.take_listed(order, base, low, flags);
+                return self.take_listed(h, order, base, low, flags);
             }
             factor -= 1;
         };
@@ -309,11 +486,11 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             return false;
         };
         if 2usize << factor <= LOCAL_CACHE_MAX_BATCHES {
-            self.alloc_factor[order.idx()] = factor + 1;
+            h.alloc_factor[order.idx()] = factor + 1;
         }
-        self.stacks[order.idx()].reserve(n.saturating_mul(2));
-        let got = self.take_from_list(&mut pcp, order, flags, n);
-        let stack = &mut self.stacks[order.idx()];
+        h.stacks[order.idx()].reserve(n.saturating_mul(2));
+        let got = self.take_from_list(h, &mut pcp, order, flags, n);
+        let stack = &mut h.stacks[order.idx()];
         if got < n {
             // Whole free blocks cut into blocks of `order` (each its own head, as
             // `split_page` leaves pages): a list operation or a few per free block,
@@ -331,9 +508,10 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             drop(zl);
             let pages = taken << order.0;
             z.events.pgalloc.inc(pages);
+            h.pages += pages;
         }
         drop(pcp);
-        !stack.is_empty()
+        !h.stacks[order.idx()].is_empty()
     }
 
     /// A refill the zone cannot spare a batch for: the blocks this CPU's list
@@ -346,7 +524,14 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// any.
     #[cold]
     #[inline(never)]
-    fn take_listed(&mut self, order: Order, base: usize, low: u64, flags: AllocFlags) -> bool {
+    fn take_listed(
+        &self,
+        h: &mut Held,
+        order: Order,
+        base: usize,
+        low: u64,
+        flags: AllocFlags,
+    ) -> bool {
         let z = self.zone;
         if !z.short_of_pages(order, low, self.gfp.highest_zone(), flags) {
             return false;
@@ -354,20 +539,21 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         let Some(mut pcp) = z.pcp_trylock(self.cpu) else {
             return false;
         };
-        self.take_from_list(&mut pcp, order, flags, base) > 0
+        self.take_from_list(h, &mut pcp, order, flags, base) > 0
     }
 
     /// Moves up to `n` blocks of `order` from this CPU's list (locked) to the
     /// cache, `Cached`. Returns how many it moved.
     fn take_from_list(
-        &mut self,
+        &self,
+        h: &mut Held,
         pcp: &mut PcpLocked<'_>,
         order: Order,
         flags: AllocFlags,
         n: usize,
     ) -> usize {
         let (za, z) = (self.za, self.zone);
-        let stack = &mut self.stacks[order.idx()];
+        let stack = &mut h.stacks[order.idx()];
         let mut got = 0;
         while got < n {
             match pcp.rmqueue(order, self.mt, flags, &za.debug.faults, false) {
@@ -379,18 +565,8 @@ impl<'a, B: Backend> LocalCache<'a, B> {
                 None => break,
             }
         }
+        h.pages += (got as u64) << order.0;
         got
-    }
-
-    /// A refill right after a flush: the flush gave back blocks the owner wanted
-    /// again, so the cache holds more before the next one (Linux raises a per-CPU
-    /// list's `high` for the same pattern).
-    fn grow_after_refill(&mut self, order: Order) {
-        let o = order.idx();
-        if self.flush_run[o] > 0 {
-            self.limit[o] = (self.limit[o] * 2).min(LOCAL_CACHE_MAX_BATCHES as u8);
-        }
-        self.flush_run[o] = 0;
     }
 
     /// Frees a block: into the cache when it holds blocks of this order, of this
@@ -398,12 +574,16 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// then holds its limit of the order (twice its batch at first) gives its
     /// oldest batch back. A run of flushes with no refill between them that is
     /// longer than the limit in batches halves the limit (down to two batches):
-    /// the owner is giving memory back, not swinging.
+    /// the owner is giving memory back, not swinging. Where the per-CPU stacks
+    /// serve the cache, `free_pages`.
     ///
     /// # Errors
     /// As `free_pages`; nothing is changed then.
     #[inline(always)]
     pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        if self.thin {
+            return self.za.free_pages(pfn, order);
+        }
         let (za, z) = (self.za, self.zone);
         let local = order.idx() < LOCAL_ORDERS
             && order <= za.config.max_order
@@ -476,11 +656,18 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         if !self.plain {
             za.debug.free_prepare(&za.backend, pfn, order);
         }
-        let stack = &mut self.stacks[order.idx()];
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let mut h = shared.held.lock();
+        h.used = true;
+        h.pages += order.nr_pages();
+        let stack = &mut h.stacks[order.idx()];
         stack.push(pfn);
-        if stack.len() >= self.flush_at[order.idx()] {
-            self.flush_overflow(order);
+        if stack.len() >= h.flush_at[order.idx()] {
+            self.flush_overflow(&mut h, order);
         }
+        shared.publish(&h);
     }
 
     /// Whether a freed block of pageblock type `bt` may stay in this cache.
@@ -492,55 +679,57 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// `free`'s flush of the oldest batch, and the limit's tuning.
     #[cold]
     #[inline(never)]
-    fn flush_overflow(&mut self, order: Order) {
+    fn flush_overflow(&self, h: &mut Held, order: Order) {
         let batch = (self.batch >> order.0).max(1);
         let o = order.idx();
-        self.alloc_factor[o] = 0;
-        self.flush_run[o] += 1;
-        if self.flush_run[o] > self.limit[o] {
-            self.limit[o] = (self.limit[o] / 2).max(MIN_BATCHES);
-            self.flush_run[o] = 0;
+        h.alloc_factor[o] = 0;
+        h.flush_run[o] += 1;
+        if h.flush_run[o] > h.limit[o] {
+            h.limit[o] = (h.limit[o] / 2).max(MIN_BATCHES);
+            h.flush_run[o] = 0;
         }
-        self.set_flush_at(order);
+        self.set_flush_at(h, order);
         // Down to a batch below the limit: one batch, unless a large refill left
         // more than that unused (then its oldest blocks go back batch by batch).
-        let keep = self.flush_at[o].saturating_sub(batch);
-        while self.stacks[o].len() > keep {
-            let n = (self.stacks[o].len() - keep).min(batch);
-            self.flush_order(order, n);
+        let keep = h.flush_at[o].saturating_sub(batch);
+        while h.stacks[o].len() > keep {
+            let n = (h.stacks[o].len() - keep).min(batch);
+            h.flush_order(self.za, order, n);
         }
     }
 
     /// Recomputes the stack length at which a free of `order` flushes, after a
     /// change of the limit or the batch.
-    fn set_flush_at(&mut self, order: Order) {
+    fn set_flush_at(&self, h: &mut Held, order: Order) {
         let o = order.idx();
         let batch = (self.batch >> order.0).max(1);
-        self.flush_at[o] = batch.saturating_mul(self.limit[o] as usize);
-    }
-
-    /// Gives the `n` oldest blocks of `order` back to the buddy lists.
-    #[cold]
-    #[inline(never)]
-    fn flush_order(&mut self, order: Order, n: usize) -> u64 {
-        let n = n.min(self.stacks[order.idx()].len());
-        if n == 0 {
-            return 0;
-        }
-        let (za, z) = (self.za, self.zone);
-        let stack = &mut self.stacks[order.idx()];
-        za.free_cached(z, order, &stack[..n]);
-        stack.drain(..n);
-        n as u64
+        h.flush_at[o] = batch.saturating_mul(h.limit[o] as usize);
     }
 
     /// Gives every block back to the buddy lists. Returns the blocks given back.
     pub fn flush(&mut self) -> u64 {
-        self.alloc_factor = [0; LOCAL_ORDERS];
-        (0..LOCAL_ORDERS)
-            .map(|o| self.flush_order(Order(o as u8), usize::MAX))
-            .sum()
+        let Some(shared) = &self.shared else {
+            return 0;
+        };
+        let mut h = shared.held.lock();
+        h.alloc_factor = [0; LOCAL_ORDERS];
+        let n = (0..LOCAL_ORDERS)
+            .map(|o| h.flush_order(self.za, Order(o as u8), usize::MAX))
+            .sum();
+        shared.publish(&h);
+        n
     }
+}
+
+/// A refill right after a flush: the flush gave back blocks the owner wanted
+/// again, so the cache holds more before the next one (Linux raises a per-CPU
+/// list's `high` for the same pattern).
+fn grow_after_refill(h: &mut Held, order: Order) {
+    let o = order.idx();
+    if h.flush_run[o] > 0 {
+        h.limit[o] = (h.limit[o] * 2).min(LOCAL_CACHE_MAX_BATCHES as u8);
+    }
+    h.flush_run[o] = 0;
 }
 
 impl<B: Backend> Drop for LocalCache<'_, B> {
@@ -556,6 +745,7 @@ impl<B: Backend> core::fmt::Debug for LocalCache<'_, B> {
             .field("cpu", &self.cpu)
             .field("migratetype", &self.mt)
             .field("batch", &self.batch)
+            .field("thin", &self.thin)
             .field("cached_pages", &self.cached_pages())
             .finish()
     }

@@ -519,7 +519,9 @@ impl<B: Backend> ZoneAllocator<B> {
                 let p = z.pcp_lock(cpu);
                 PagesetInfo {
                     cpu,
-                    count: p.pcp.count,
+                    // The lists (the stacks moved onto them by the lock) and the
+                    // `LocalCache`s refilled from them.
+                    count: p.pcp.count + self.cached_pages_of(z, cpu),
                     high: p.pcp.high,
                     batch: p.pcp.batch,
                     high_min: p.pcp.high_min,

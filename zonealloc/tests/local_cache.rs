@@ -2,6 +2,10 @@
 //! hands out, what it refuses (each refusal changes nothing), what it gives back,
 //! and an exact ledger of threads that allocate through their caches and free
 //! through each other's.
+//!
+//! These tests build allocators without the per-CPU stacks (`PcpConfig::rseq`
+//! off), where a cache holds blocks of its own; with the stacks a cache is a thin
+//! layer over `alloc_pages`/`free_pages` (see `thin_caches_hold_nothing`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Barrier, Mutex};
@@ -15,9 +19,38 @@ use support::settled;
 fn za(bytes: u64) -> ZoneAllocator {
     ZoneAllocator::new(Config {
         nr_cpus: 2,
+        pcp: PcpConfig {
+            rseq: false,
+            ..PcpConfig::default()
+        },
         ..Config::with_bytes(bytes)
     })
     .unwrap()
+}
+
+/// With the per-CPU stacks (where the process has them), a cache is
+/// `alloc_pages`/`free_pages` by another name: it holds nothing, and a second
+/// free is refused all the same.
+#[test]
+fn thin_caches_hold_nothing() {
+    let za = ZoneAllocator::new(Config::with_bytes(16 << 20)).unwrap();
+    let mut c = za.local_cache(Gfp::KERNEL).unwrap();
+    let got: Vec<Pfn> = (0..1000).map(|_| c.alloc(Order(0)).unwrap()).collect();
+    for &p in &got {
+        c.free(p, Order(0)).unwrap();
+    }
+    assert_eq!(
+        c.free(got[0], Order(0)),
+        Err(FreeError::AlreadyFree(got[0]))
+    );
+    if za.uses_cpu_stacks() {
+        assert_eq!(c.cached_pages(), 0);
+        assert_eq!(c.flush(), 0);
+    }
+    drop(c);
+    za.drain_all_pages();
+    assert_eq!(za.nr_free_pages(), za.managed_pages());
+    za.check_invariants().unwrap();
 }
 
 #[test]
@@ -326,6 +359,10 @@ fn every_page_can_still_be_had_through_a_cache() {
     let za = ZoneAllocator::new(Config {
         nr_cpus: 2,
         min_free_kbytes: Some(0),
+        pcp: PcpConfig {
+            rseq: false,
+            ..PcpConfig::default()
+        },
         ..Config::with_bytes(8 << 20)
     })
     .unwrap();
@@ -372,7 +409,12 @@ fn near_the_watermark_a_refill_takes_what_this_cpus_list_holds_at_once() {
         listed.min(batch) - 1,
         "the list held {listed}"
     );
-    assert_eq!(za.nr_pcp_pages(), listed - listed.min(batch));
+    // The lists gave what the cache took (their pages and the cache's both count
+    // in `nr_pcp_pages`).
+    assert_eq!(
+        za.nr_pcp_pages() - za.nr_cached_pages(),
+        listed - listed.min(batch)
+    );
     assert_eq!(za.nr_free_pages(), free, "the zone gave nothing");
     assert_eq!(
         za.check_invariants().unwrap().cached_pages,
@@ -571,6 +613,10 @@ fn refills_use_small_free_blocks_before_splitting_a_large_one() {
     let za = ZoneAllocator::new(Config {
         nr_cpus: 1,
         min_free_kbytes: Some(0),
+        pcp: PcpConfig {
+            rseq: false,
+            ..PcpConfig::default()
+        },
         ..Config::with_bytes(16 << 20)
     })
     .unwrap();

@@ -535,9 +535,15 @@ fn a_cached_block_beside_a_list(
     (cache, held, pcp)
 }
 
+/// One CPU, without the per-CPU stacks, so that a `LocalCache` holds blocks of
+/// its own.
 fn one_cpu() -> ZoneAllocator {
     ZoneAllocator::new(Config {
         nr_cpus: 1,
+        pcp: PcpConfig {
+            rseq: false,
+            ..PcpConfig::default()
+        },
         ..Config::with_bytes(64 << 20)
     })
     .unwrap()
