@@ -18,6 +18,10 @@
 //!   process has restartable sequences; cachegrind has none, so under it these
 //!   take the per-CPU lists' try-lock path).
 //!
+//! With `PATHS_STACKS=0` the allocator is built without the per-CPU stacks
+//! (`PcpConfig::rseq` off): the raw paths take the lists, and a `LocalCache`
+//! holds blocks of its own, as on targets without restartable sequences.
+//!
 //! With `PATHS_NS=1` it also prints the wall-clock nanoseconds per call (the
 //! whole run divided by `N`: set-up included, so use a large `N`), for paths that
 //! tools cannot count.
@@ -45,8 +49,13 @@ fn main() {
         std::process::exit(2);
     };
     // 1 GiB of abstract frames: room for the fills, and the same zone every time.
+    let stacks = std::env::var_os("PATHS_STACKS").is_none_or(|v| v != "0");
     let za = ZoneAllocator::new(Config {
         nr_cpus: 1,
+        pcp: zonealloc::PcpConfig {
+            rseq: stacks,
+            ..Default::default()
+        },
         ..Config::with_bytes(1 << 30)
     })
     .expect("a 1 GiB zone");
