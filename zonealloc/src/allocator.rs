@@ -801,7 +801,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// A `FreeError` if `pfn` is not the head of an allocated block.
     pub fn put_page(&self, pfn: Pfn) -> Result<bool, FreeError> {
         let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
-        self.put_and_free(z, pfn, None, Via::Cpu(self.current_cpu()), Holder::Raw)
+        self.put_and_free(z, pfn, None, Via::Here(self.current_cpu()), Holder::Raw)
     }
 
     /// Changes the state word of the allocated block headed by `pfn` with one
@@ -881,6 +881,11 @@ impl<B: Backend> ZoneAllocator<B> {
         self.debug.free_prepare(&self.backend, pfn, order);
         match via {
             Via::Cpu(cpu) => self.free_frozen(z, pfn, order, cpu),
+            Via::Here(cpu) => {
+                if !self.free_frozen_here(z, pfn, order) {
+                    self.free_frozen(z, pfn, order, cpu)
+                }
+            }
             Via::Zone => self.free_one_page(z, pfn, order),
         }
     }
@@ -1266,6 +1271,10 @@ pub(crate) trait DirectCompact {
 pub(crate) enum Via {
     /// The ordinary path: that CPU's lists where the order has one, else the zone.
     Cpu(usize),
+    /// The CPU the thread runs on: its stack where the per-CPU stacks serve the
+    /// call (see `fast`), else as `Cpu` with the CPU given (read before the
+    /// block was taken).
+    Here(usize),
     /// Straight to the buddy lists under the zone lock (`__free_pages_ok`).
     Zone,
 }

@@ -113,15 +113,42 @@ impl<B: Backend> ZoneAllocator<B> {
             return false;
         }
         let idx = z.idx(pfn);
-        let w = z.frames.word(idx);
-        if w.tag() != Tag::Alloc || w.flags() != 0 || w.refcount() != 1 || w.order() != order {
-            return false;
-        }
+        let pcp = Word::pcp(order, 0);
         // The one point that decides ownership: a racing free or `get_page` sees
-        // the new word and is refused or retried.
-        if z.frames.cas_word(idx, w, Word::pcp(order, 0)).is_err() {
+        // the new word and is refused or retried. It expects the word an
+        // allocation of the pageblock's own type publishes, so the common free
+        // reads the word only in the compare-and-swap; any other plain head is
+        // tried once more with the word that came back.
+        if let Err(w) = z.frames.cas_word(idx, Word::alloc(order, mt), pcp) {
+            if w.tag() != Tag::Alloc
+                || w.flags() != 0
+                || w.refcount() != 1
+                || w.order() != order
+                || z.frames.cas_word(idx, w, pcp).is_err()
+            {
+                return false;
+            }
+        }
+        let p = order_to_pindex(mt, order);
+        if let Err(miss) = z.stacks.push(p, idx) {
+            self.free_stack_slow(z, pfn, order, p, miss);
+        }
+        true
+    }
+
+    /// A block whose last reference the caller dropped (`Frozen`, the caller owns
+    /// it), freed to the stack of the CPU the thread runs on (`page_frag_free`,
+    /// `put_page`). `false`, nothing changed, where the stacks do not serve it.
+    pub(crate) fn free_frozen_here(&self, z: &Zone, pfn: Pfn, order: Order) -> bool {
+        if !self.fast || !pcp_allowed_order(order, z.pageblock_order) {
             return false;
         }
+        let mt = z.blocks.migratetype(pfn);
+        if mt.idx() >= crate::types::MIGRATE_PCPTYPES {
+            return false;
+        }
+        let idx = z.idx(pfn);
+        z.frames.set_word(idx, Word::pcp(order, 0));
         let p = order_to_pindex(mt, order);
         if let Err(miss) = z.stacks.push(p, idx) {
             self.free_stack_slow(z, pfn, order, p, miss);

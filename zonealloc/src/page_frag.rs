@@ -492,7 +492,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Where a fragment block goes when its last reference is dropped, freed on
     /// CPU `cpu`.
     fn frag_via(&self, order: Order, cpu: usize) -> Via {
-        let cpu = Via::Cpu(cpu);
+        let cpu = Via::Here(cpu);
         match self.config().frag_free_path {
             FragFreePath::PcpAll => cpu,
             FragFreePath::PcpOrder0 if order.0 == 0 => cpu,

@@ -53,8 +53,9 @@ pub(crate) struct Tune {
     pub alloc_factor: AtomicU8,
 }
 
-/// One CPU's stacks for one zone.
-#[repr(C, align(64))]
+/// One CPU's stacks for one zone, 32 KiB apart, so that a sequence finds its CPU's
+/// with a shift.
+#[repr(C, align(32768))]
 pub(crate) struct CpuStacks {
     /// Non-zero while a remote thread owns these stacks (see `Stacks::stop`).
     stopped: AtomicU32,
@@ -74,6 +75,54 @@ const OFF_LIM: usize = core::mem::offset_of!(CpuStacks, lim);
 const OFF_WORDS: usize = core::mem::offset_of!(CpuStacks, words);
 const OFF_SLOTS: usize = core::mem::offset_of!(CpuStacks, slots);
 const STRIDE: usize = core::mem::size_of::<CpuStacks>();
+const STRIDE_SHIFT: u32 = STRIDE.trailing_zeros();
+const _: () = assert!(STRIDE == 1 << STRIDE_SHIFT);
+
+/// The head of every sequence: arms the thread's rseq area with the sequence's
+/// descriptor (label 9; the kernel clears it on an abort, so a restart at label 2
+/// arms it again), then reads the CPU the thread runs on. `{rs}` is glibc's
+/// `__rseq_offset`: the area is at that offset from the thread pointer, `%fs`.
+macro_rules! enter {
+    () => {
+        concat!(
+            "2:\n",
+            "lea {t}, [rip + 9f]\n",
+            "mov qword ptr fs:[{rs} + 8], {t}\n",
+            "3:\n",
+            "mov {c:e}, dword ptr fs:[{rs} + 4]\n",
+        )
+    };
+}
+
+/// The abort handler, after the sequence's last jump out: the signature glibc
+/// registered (as the operand of a `ud1`, so that the bytes disassemble), then
+/// label 5, which restarts the sequence.
+macro_rules! abort {
+    () => {
+        concat!(
+            ".byte 0x0f, 0xb9, 0x3d\n",
+            ".long 0x53053053\n",
+            "5:\n",
+            "jmp 2b\n",
+        )
+    };
+}
+
+/// The sequence's `struct rseq_cs` in the `__rseq_cs` section: version and flags
+/// 0, the start (label 3), the length up to just past the commit (label 4), and
+/// the abort handler (label 5).
+macro_rules! descriptor {
+    () => {
+        concat!(
+            ".pushsection __rseq_cs, \"aw\"\n",
+            ".balign 32\n",
+            "9:\n",
+            ".long 0, 0\n",
+            ".quad 3b, 4b - 3b, 5b\n",
+            ".popsection\n",
+        )
+    };
+}
 
 impl CpuStacks {
     fn new() -> CpuStacks {
@@ -175,8 +224,15 @@ fn probe() -> bool {
     r == 0
 }
 
-/// The calling thread's rseq area.
+/// glibc's `__rseq_offset`: the calling thread's rseq area is at this offset from
+/// its thread pointer (`%fs` on x86-64).
 #[inline(always)]
+fn rseq_offset() -> isize {
+    // SAFETY: plain data exported by glibc, written once before `main`.
+    unsafe { __rseq_offset }
+}
+
+/// The calling thread's rseq area.
 fn area() -> *mut u8 {
     let tp: usize;
     // SAFETY: on x86-64 Linux the first word of the TCB at %fs:0 holds the thread
@@ -184,8 +240,7 @@ fn area() -> *mut u8 {
     unsafe {
         core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
     };
-    // SAFETY: plain data exported by glibc.
-    tp.wrapping_add_signed(unsafe { __rseq_offset }) as *mut u8
+    tp.wrapping_add_signed(rseq_offset()) as *mut u8
 }
 
 /// Why a push or pop did not happen.
@@ -277,14 +332,10 @@ impl Stacks {
         // abort label, as the kernel requires.
         unsafe {
             core::arch::asm!(
-                "2:",
-                "lea {t}, [rip + 9f]",
-                "mov qword ptr [{rs} + 8], {t}",
-                "3:",
-                "mov {c:e}, dword ptr [{rs} + 4]",
+                enter!(),
                 "cmp {c}, {n}",
                 "jae 7f",
-                "imul {c}, {c}, {stride}",
+                "shl {c}, {shift}",
                 "add {c}, {base}",
                 "cmp dword ptr [{c}], 0",
                 "jne 6f",
@@ -298,28 +349,20 @@ impl Stacks {
                 "mov qword ptr [{c} + {p}*8 + {words}], {w}",
                 "4:",
                 "jmp 8f",
-                ".byte 0x0f, 0xb9, 0x3d",
-                ".long 0x53053053",
-                "5:",
-                "jmp 2b",
+                abort!(),
                 "6:",
                 "mov {out}, -2",
                 "jmp 8f",
                 "7:",
                 "mov {out}, -1",
                 "8:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "9:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 5b",
-                ".popsection",
-                rs = in(reg) area(),
+                descriptor!(),
+                rs = in(reg) rseq_offset(),
                 n = in(reg) self.cpus.len(),
                 base = in(reg) self.cpus.as_ptr(),
                 p = in(reg) p,
                 pcap = in(reg) p * STACK_CAP,
-                stride = const STRIDE,
+                shift = const STRIDE_SHIFT,
                 words = const OFF_WORDS,
                 slots = const OFF_SLOTS,
                 t = out(reg) _,
@@ -356,14 +399,10 @@ impl Stacks {
         // `STACK_CAP`, before the slot at that length is written.
         unsafe {
             core::arch::asm!(
-                "2:",
-                "lea {t}, [rip + 9f]",
-                "mov qword ptr [{rs} + 8], {t}",
-                "3:",
-                "mov {c:e}, dword ptr [{rs} + 4]",
+                enter!(),
                 "cmp {c}, {n}",
                 "jae 7f",
-                "imul {c}, {c}, {stride}",
+                "shl {c}, {shift}",
                 "add {c}, {base}",
                 "cmp dword ptr [{c}], 0",
                 "jne 7f",
@@ -378,29 +417,21 @@ impl Stacks {
                 "4:",
                 "xor {st:e}, {st:e}",
                 "jmp 8f",
-                ".byte 0x0f, 0xb9, 0x3d",
-                ".long 0x53053053",
-                "5:",
-                "jmp 2b",
+                abort!(),
                 "6:",
                 "mov {st:e}, 1",
                 "jmp 8f",
                 "7:",
                 "mov {st:e}, 2",
                 "8:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "9:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 5b",
-                ".popsection",
-                rs = in(reg) area(),
+                descriptor!(),
+                rs = in(reg) rseq_offset(),
                 n = in(reg) self.cpus.len(),
                 base = in(reg) self.cpus.as_ptr(),
                 p = in(reg) p,
                 pcap = in(reg) p * STACK_CAP,
                 idx = in(reg) idx,
-                stride = const STRIDE,
+                shift = const STRIDE_SHIFT,
                 words = const OFF_WORDS,
                 slots = const OFF_SLOTS,
                 lim = const OFF_LIM,
@@ -440,14 +471,10 @@ impl Stacks {
         // until the commit), and `buf` holds `k` indices.
         unsafe {
             core::arch::asm!(
-                "2:",
-                "lea {t}, [rip + 9f]",
-                "mov qword ptr [{rs} + 8], {t}",
-                "3:",
-                "mov {c:e}, dword ptr [{rs} + 4]",
+                enter!(),
                 "cmp {c}, qword ptr [{a} + 8]",
                 "jae 7f",
-                "imul {c}, {c}, {stride}",
+                "shl {c}, {shift}",
                 "add {c}, qword ptr [{a}]",
                 "cmp dword ptr [{c}], 0",
                 "jne 7f",
@@ -478,22 +505,14 @@ impl Stacks {
                 "4:",
                 "xor {st:e}, {st:e}",
                 "jmp 8f",
-                ".byte 0x0f, 0xb9, 0x3d",
-                ".long 0x53053053",
-                "5:",
-                "jmp 2b",
+                abort!(),
                 "7:",
                 "mov {st:e}, 1",
                 "8:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "9:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 5b",
-                ".popsection",
-                rs = in(reg) area(),
+                descriptor!(),
+                rs = in(reg) rseq_offset(),
                 a = in(reg) &args,
-                stride = const STRIDE,
+                shift = const STRIDE_SHIFT,
                 cap = const STACK_CAP,
                 t = out(reg) _,
                 c = out(reg) c,
@@ -525,14 +544,10 @@ impl Stacks {
         // into `buf`, which has room for `k >= j`, and commits `len - j`.
         unsafe {
             core::arch::asm!(
-                "2:",
-                "lea {t}, [rip + 9f]",
-                "mov qword ptr [{rs} + 8], {t}",
-                "3:",
-                "mov {c:e}, dword ptr [{rs} + 4]",
+                enter!(),
                 "cmp {c}, qword ptr [{a} + 8]",
                 "jae 7f",
-                "imul {c}, {c}, {stride}",
+                "shl {c}, {shift}",
                 "add {c}, qword ptr [{a}]",
                 "cmp dword ptr [{c}], 0",
                 "jne 7f",
@@ -561,22 +576,14 @@ impl Stacks {
                 "mov qword ptr [{c} + {t}], {w}",
                 "4:",
                 "jmp 8f",
-                ".byte 0x0f, 0xb9, 0x3d",
-                ".long 0x53053053",
-                "5:",
-                "jmp 2b",
+                abort!(),
                 "7:",
                 "mov {got}, -1",
                 "8:",
-                ".pushsection __rseq_cs, \"aw\"",
-                ".balign 32",
-                "9:",
-                ".long 0, 0",
-                ".quad 3b, 4b - 3b, 5b",
-                ".popsection",
-                rs = in(reg) area(),
+                descriptor!(),
+                rs = in(reg) rseq_offset(),
                 a = in(reg) &args,
-                stride = const STRIDE,
+                shift = const STRIDE_SHIFT,
                 t = out(reg) _,
                 c = out(reg) c,
                 w = out(reg) _,

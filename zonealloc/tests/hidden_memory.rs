@@ -62,7 +62,7 @@ fn window_walk(
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        if live.len() < 300 && (live.is_empty() || rng % 3 != 0) {
+        if live.len() < 300 && (live.is_empty() || !rng.is_multiple_of(3)) {
             let order = Order((rng >> 8) as u8 & 1);
             let got = match cache.as_deref_mut() {
                 Some(c) => c.alloc(order),

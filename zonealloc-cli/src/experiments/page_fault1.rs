@@ -465,11 +465,14 @@ impl Setup {
 
     fn pcp(self, prefetch_buddy: bool) -> PcpConfig {
         match self {
+            // Linux's lists alone: the per-CPU stacks would take every call (and
+            // their flush prefetches whatever `prefetch_buddy` says).
             Setup::Linux415 => PcpConfig {
                 batch: Some(31),
                 high_min: Some(186),
                 high_max: Some(186),
                 prefetch_buddy,
+                rseq: false,
                 ..PcpConfig::default()
             },
             Setup::Defaults => PcpConfig {

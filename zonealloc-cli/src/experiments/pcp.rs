@@ -405,8 +405,11 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
             for prefetch in [false, true] {
                 let za = allocator(
                     LARGE_ZONE_PAGES,
+                    // The lists' flush: without the per-CPU stacks, which
+                    // would take these calls and always prefetch.
                     PcpConfig {
                         prefetch_buddy: prefetch,
+                        rseq: false,
                         ..PcpConfig::default()
                     },
                 );
