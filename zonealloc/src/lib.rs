@@ -22,8 +22,13 @@
 //! print!("{}", za.buddyinfo());
 //! ```
 //!
-//! The fastest path is a `LocalCache` per thread: no lock to allocate from it, one
-//! compare-and-swap to free into it (the double-free check every free makes).
+//! On x86-64 Linux with glibc, `alloc_pages` and `free_pages` on the current CPU
+//! go to per-CPU stacks committed with restartable sequences: no lock, and no
+//! atomic read-modify-write but the free's one compare-and-swap (the double-free
+//! check every free makes); `drain_all_pages` reaches everything they hold
+//! ([`ZoneAllocator::uses_cpu_stacks`]). A `LocalCache` is the same fast path as an
+//! object; where the stacks are missing (`no_std`, other targets) it holds blocks of
+//! its own, which the allocator can still drain ([`local`]).
 //!
 //! ```
 //! use zonealloc::{Config, Gfp, Order, ZoneAllocator};
@@ -42,7 +47,7 @@
 //! |---|---|---|
 //! | build | `ZoneAllocator::new`, `with_arena`, `with_backend`, `Config`, `Config::validate`, `setup_watermarks` | [`ZoneAllocator`], [`Config`] |
 //! | allocate | `alloc_pages`, `alloc_pages_on`, `alloc_pages_node`, `alloc_block` (a `PageBlock` guard) | [`ZoneAllocator::alloc_pages`], [`PageBlock`] |
-//! | the fast path, owner-local | `local_cache`, `local_cache_on`, `LocalCache::alloc`, `free`, `flush` | [`local`] |
+//! | the fast path as an object | `local_cache`, `local_cache_on`, `LocalCache::alloc`, `free`, `flush`, `uses_cpu_stacks`, `nr_cached_pages` | [`local`] |
 //! | free and references | `free_pages`, `free_pages_on`, `put_page`, `get_page`, `page_count`, `split_page`, `block_of` | [`ZoneAllocator::free_pages`] |
 //! | contiguous and bulk | `free_contig_range`, `free_pages_bulk`, `alloc_pages_bulk`, `alloc_contig_range`, `alloc_contig_pages` | [`contig`] |
 //! | compaction | `set_migrator` (a `Migrate` owner), `compact_zone`, `compact_node`, `proactive_compact_node`, `fragmentation_score`, `set_extfrag_threshold`, `set_compaction_proactiveness`, `compaction_stats` | [`compaction`], [`migrate`], [`Migrate`] |
