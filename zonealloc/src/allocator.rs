@@ -349,6 +349,9 @@ impl<B: Backend> ZoneAllocator<B> {
                 p.pcp.high_min = high_min;
                 p.pcp.high_max = high_max;
                 p.pcp.high = p.pcp.high.clamp(high_min, high_max);
+                // The stacks start again from their smallest limits, within the new
+                // bound (they are stopped and empty while the lock is held).
+                crate::fast::reset_limits(z, cpu, high_max);
                 // Shrinking limits may leave too much on the lists.
                 if p.pcp.count > p.pcp.high {
                     let todo = p.pcp.count - p.pcp.high;
@@ -1137,7 +1140,10 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Whether tail frame `pfn` lies in a free block (on the buddy or a per-CPU list,
     /// or being freed), judged from the heads at each aligned position below it.
     fn inside_free_block(&self, z: &Zone, pfn: Pfn) -> bool {
-        for o in 1..=z.max_order.0 {
+        // From order 0: a merge marks a block's head a tail before it publishes the
+        // merged head, so a free that read the tail may find the block itself free
+        // again (its buddy allocated, the merge undone) by the time it looks.
+        for o in 0..=z.max_order.0 {
             let head = Pfn(pfn.0 & !((1u64 << o) - 1));
             if !z.contains(head) {
                 break;

@@ -53,20 +53,37 @@ fn batch_of(p: usize, pageblock_order: Order) -> usize {
     }
 }
 
-/// Builds `z`'s stacks for `nr_cpus` CPUs with their starting limits; `false` if
-/// the process cannot use them.
+/// The most blocks stack `p` may hold, and a refill take: a quarter of the CPU's
+/// `high_max` (1/8 of the zone split between the CPUs, as Linux bounds a CPU's
+/// lists), at least one block, at most `STACK_CAP`. A small zone's stacks so hold
+/// a small share of it; a pageblock-order stack in a zone of a few pageblocks per
+/// CPU holds one.
+#[inline]
+fn cap_of(high_max: u64, order: Order) -> usize {
+    ((high_max / 4) >> order.0).clamp(1, STACK_CAP as u64 / 2) as usize
+}
+
+/// Builds `z`'s stacks for `nr_cpus` CPUs (their limits are set with the per-CPU
+/// lists', by `reset_limits`); `false` if the process cannot use them.
 pub(crate) fn build_stacks(z: &mut Zone, nr_cpus: usize) -> bool {
     z.stacks = Stacks::new(nr_cpus);
-    for cs in z.stacks.iter() {
+    z.stacks.on()
+}
+
+/// Sets the stacks of CPU `cpu`'s lists to their starting limits within the bound
+/// `high_max` gives (see `cap_of`). The caller holds the CPU's pcp lock.
+pub(crate) fn reset_limits(z: &Zone, cpu: usize, high_max: u64) {
+    for cs in stacks_of(z, cpu) {
         for p in 0..NR_PCP_LISTS {
-            cs.tune[p].limit.store(MIN_BATCHES, Ordering::Relaxed);
-            cs.set_lim(
-                p,
-                (batch_of(p, z.pageblock_order) * MIN_BATCHES as usize) as u32,
-            );
+            let order = pindex_to_order(p, z.pageblock_order);
+            let t = &cs.tune[p];
+            t.limit.store(MIN_BATCHES, Ordering::Relaxed);
+            t.flush_run.store(0, Ordering::Relaxed);
+            t.alloc_factor.store(0, Ordering::Relaxed);
+            let lim = batch_of(p, z.pageblock_order) * MIN_BATCHES as usize;
+            cs.set_lim(p, lim.min(cap_of(high_max, order)) as u32);
         }
     }
-    z.stacks.on()
 }
 
 impl<B: Backend> ZoneAllocator<B> {
@@ -182,9 +199,11 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         let highest = gfp.highest_zone();
         let low = z.wmark(Wmark::Low);
+        let cap = cap_of(pcp.pcp.high_max, order);
+        let base = base.min(cap);
         let mut factor = tune.alloc_factor.load(Ordering::Relaxed);
         let (n, need) = loop {
-            let n = base << factor;
+            let n = (base << factor).min(cap);
             let need = low + (n as u64) * order.nr_pages();
             if z.watermark_fast(order, need, highest, flags) {
                 break (n, need);
@@ -199,7 +218,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if tune.flush_run.load(Ordering::Relaxed) > 0 {
             limit = (limit * 2).min(MAX_BATCHES);
             tune.limit.store(limit, Ordering::Relaxed);
-            cs.set_lim(p, (base * limit as usize) as u32);
+            cs.set_lim(p, (base * limit as usize).min(cap) as u32);
         }
         tune.flush_run.store(0, Ordering::Relaxed);
         if 2usize << factor <= MAX_BATCHES as usize {
@@ -212,7 +231,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut got = pcp.take_listed(p, &mut buf[..n]);
         if got < n {
             let more = (n as u64) * order.nr_pages();
-            let whole = z.watermark_fast(order, need + more, highest, flags);
+            let whole = 2 * n <= cap && z.watermark_fast(order, need + more, highest, flags);
             let t = z.frames.view();
             let word = Word::pcp(order, pcp.cpu as u8);
             let mut zl = z.lock();
@@ -271,7 +290,8 @@ impl<B: Backend> ZoneAllocator<B> {
             return self.free_frozen(z, pfn, order, self.current_cpu());
         };
         let tune = &cs.tune[p];
-        let base = batch_of(p, z.pageblock_order);
+        let cap = cap_of(pcp.pcp.high_max, order);
+        let base = batch_of(p, z.pageblock_order).min(cap);
         tune.alloc_factor.store(0, Ordering::Relaxed);
         let run = tune.flush_run.load(Ordering::Relaxed) + 1;
         let mut limit = tune.limit.load(Ordering::Relaxed);
@@ -282,7 +302,7 @@ impl<B: Backend> ZoneAllocator<B> {
         } else {
             tune.flush_run.store(run, Ordering::Relaxed);
         }
-        let lim = (base * limit as usize).min(STACK_CAP);
+        let lim = (base * limit as usize).min(cap);
         cs.set_lim(p, lim as u32);
         // Down to a batch below the limit: one batch, or what a large refill left.
         let keep = lim.saturating_sub(base);

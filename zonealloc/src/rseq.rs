@@ -310,11 +310,6 @@ impl Stacks {
         self.cpus.get(cpu)
     }
 
-    /// All CPUs' stacks.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &CpuStacks> {
-        self.cpus.iter()
-    }
-
     fn index_of(&self, c: *const CpuStacks) -> usize {
         (c as usize - self.cpus.as_ptr() as usize) / STRIDE
     }

@@ -74,9 +74,6 @@ impl Stacks {
     pub(crate) fn cpu(&self, _cpu: usize) -> Option<&CpuStacks> {
         None
     }
-    pub(crate) fn iter(&self) -> core::iter::Empty<&CpuStacks> {
-        core::iter::empty()
-    }
     #[inline(always)]
     pub(crate) fn pop(&self, _p: usize) -> Result<u32, Miss> {
         Err(Miss::Off)

@@ -368,7 +368,11 @@ fn local_cache_vs_drain() {
         c.free(b, Order(0)).unwrap();
         t1.join().unwrap();
         finish(&za, &l);
-        assert_eq!(c.cached_pages(), 0, "the drain in `finish` reached the cache");
+        assert_eq!(
+            c.cached_pages(),
+            0,
+            "the drain in `finish` reached the cache"
+        );
     });
 }
 
