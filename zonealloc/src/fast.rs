@@ -42,6 +42,17 @@ const MAX_BATCHES: u8 = 8;
 /// Batches a stack holds at first.
 const MIN_BATCHES: u8 = 2;
 
+/// `order_to_pindex` for a per-CPU type given by its index (`pcp_type`).
+#[inline(always)]
+fn pcp_index(t: usize, order: Order, pageblock_order: Order) -> usize {
+    if order.0 > crate::pcp::PAGE_ALLOC_COSTLY_ORDER {
+        debug_assert_eq!(order, pageblock_order);
+        NR_PCP_LISTS - 2 + usize::from(t == Migratetype::Movable as usize)
+    } else {
+        crate::types::MIGRATE_PCPTYPES * order.idx() + t
+    }
+}
+
 /// The batch of stack `p`.
 #[inline]
 fn batch_of(p: usize, pageblock_order: Order) -> usize {
@@ -125,10 +136,9 @@ impl<B: Backend> ZoneAllocator<B> {
         if !pcp_allowed_order(order, z.pageblock_order) || !pfn.is_aligned(order) {
             return false;
         }
-        let mt = z.blocks.migratetype(pfn);
-        if mt.idx() >= crate::types::MIGRATE_PCPTYPES {
+        let Some(t) = z.blocks.pcp_type(pfn) else {
             return false;
-        }
+        };
         let idx = z.idx(pfn);
         let pcp = Word::pcp(order, 0);
         // The one point that decides ownership: a racing free or `get_page` sees
@@ -136,7 +146,8 @@ impl<B: Backend> ZoneAllocator<B> {
         // allocation of the pageblock's own type publishes, so the common free
         // reads the word only in the compare-and-swap; any other plain head is
         // tried once more with the word that came back.
-        if let Err(w) = z.frames.cas_word(idx, Word::alloc(order, mt), pcp) {
+        let expect = Word::new(Tag::Alloc, order.0, t as u8, 1);
+        if let Err(w) = z.frames.cas_word(idx, expect, pcp) {
             if w.tag() != Tag::Alloc
                 || w.flags() != 0
                 || w.refcount() != 1
@@ -146,7 +157,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 return false;
             }
         }
-        let p = order_to_pindex(mt, order);
+        let p = pcp_index(t, order, z.pageblock_order);
         if let Err(miss) = z.stacks.push(p, idx) {
             self.free_stack_slow(z, pfn, order, p, miss);
         }

@@ -369,7 +369,10 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     #[inline(always)]
     pub fn alloc(&mut self, order: Order) -> Result<Pfn, AllocError> {
         let Some(shared) = &self.shared else {
-            return self.za.alloc_pages(self.gfp, order);
+            if let Some(p) = self.za.alloc_fast(self.gfp, order, Head::PLAIN) {
+                return Ok(p);
+            }
+            return self.alloc_slow(order);
         };
         if order.idx() < LOCAL_ORDERS {
             let mut h = shared.held.lock();
@@ -427,6 +430,9 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     #[inline(never)]
     fn alloc_slow(&mut self, order: Order) -> Result<Pfn, AllocError> {
         let za = self.za;
+        if self.thin {
+            return za.alloc_pages(self.gfp, order);
+        }
         if order.idx() < LOCAL_ORDERS {
             if let Some(shared) = &self.shared {
                 let mut h = shared.held.lock();
@@ -582,6 +588,9 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     #[inline(always)]
     pub fn free(&mut self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
         if self.thin {
+            if self.za.free_fast(pfn, order) {
+                return Ok(());
+            }
             return self.za.free_pages(pfn, order);
         }
         let (za, z) = (self.za, self.zone);

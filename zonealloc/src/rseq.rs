@@ -37,8 +37,10 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use crate::pcp::NR_PCP_LISTS;
 
-/// Blocks one stack can hold.
+/// Blocks one stack can hold (a power of two: a sequence finds a stack's slots
+/// with a shift).
 pub(crate) const STACK_CAP: usize = 512;
+const _: () = assert!(STACK_CAP.is_power_of_two());
 const LEN_MASK: u64 = 0xffff;
 const PUSH_SHIFT: u32 = 16;
 
@@ -265,16 +267,19 @@ struct Bulk {
 }
 
 /// A zone's per-CPU stacks (empty when the process cannot use them).
+#[repr(C)]
 pub(crate) struct Stacks {
+    /// `cpus`' address and length, first, where a sequence reads them through one
+    /// pointer to `Stacks` (one register fewer at the call site).
+    base: usize,
+    n: usize,
     cpus: alloc::boxed::Box<[CpuStacks]>,
 }
 
 impl Stacks {
     /// No stacks: every call takes the per-CPU lists' try-lock path.
     pub(crate) fn none() -> Stacks {
-        Stacks {
-            cpus: alloc::boxed::Box::new([]),
-        }
+        Stacks::of(alloc::boxed::Box::new([]))
     }
 
     /// Stacks for every CPU the system may bring online, and at least `nr_cpus`,
@@ -289,8 +294,14 @@ impl Stacks {
         let n = nr_cpus.max(conf.clamp(1, 4096) as usize);
         let mut v = alloc::vec::Vec::with_capacity(n);
         v.resize_with(n, CpuStacks::new);
+        Stacks::of(v.into_boxed_slice())
+    }
+
+    fn of(cpus: alloc::boxed::Box<[CpuStacks]>) -> Stacks {
         Stacks {
-            cpus: v.into_boxed_slice(),
+            base: cpus.as_ptr() as usize,
+            n: cpus.len(),
+            cpus,
         }
     }
 
@@ -328,18 +339,21 @@ impl Stacks {
         unsafe {
             core::arch::asm!(
                 enter!(),
-                "cmp {c}, {n}",
+                "cmp {c}, qword ptr [{s} + 8]",
                 "jae 7f",
                 "shl {c}, {shift}",
-                "add {c}, {base}",
+                "add {c}, qword ptr [{s}]",
                 "cmp dword ptr [{c}], 0",
-                "jne 6f",
+                "jne 7f",
                 "mov {w}, qword ptr [{c} + {p}*8 + {words}]",
                 "test {w:x}, {w:x}",
                 "jz 6f",
                 "sub {w}, 1",
-                "movzx {t:e}, {w:x}",
-                "add {t}, {pcap}",
+                // The slot: stack `p`'s first, plus the new length.
+                "mov {t}, {p}",
+                "shl {t}, {cap_shift}",
+                "movzx {out:e}, {w:x}",
+                "add {t}, {out}",
                 "mov {out:e}, dword ptr [{c} + {t}*4 + {slots}]",
                 "mov qword ptr [{c} + {p}*8 + {words}], {w}",
                 "4:",
@@ -353,10 +367,9 @@ impl Stacks {
                 "8:",
                 descriptor!(),
                 rs = in(reg) rseq_offset(),
-                n = in(reg) self.cpus.len(),
-                base = in(reg) self.cpus.as_ptr(),
+                s = in(reg) self as *const Stacks,
                 p = in(reg) p,
-                pcap = in(reg) p * STACK_CAP,
+                cap_shift = const STACK_CAP.trailing_zeros(),
                 shift = const STRIDE_SHIFT,
                 words = const OFF_WORDS,
                 slots = const OFF_SLOTS,
@@ -369,18 +382,8 @@ impl Stacks {
         }
         match out as i64 {
             -1 => Err(Miss::Off),
-            -2 => self.empty_or_stopped(c),
+            -2 => Err(Miss::Cpu(self.index_of(c as *const CpuStacks))),
             _ => Ok(out as u32),
-        }
-    }
-
-    #[cold]
-    fn empty_or_stopped(&self, c: usize) -> Result<u32, Miss> {
-        let cpu = self.index_of(c as *const CpuStacks);
-        if self.cpus[cpu].stopped.load(Ordering::Relaxed) != 0 {
-            Err(Miss::Off)
-        } else {
-            Err(Miss::Cpu(cpu))
         }
     }
 
@@ -395,17 +398,20 @@ impl Stacks {
         unsafe {
             core::arch::asm!(
                 enter!(),
-                "cmp {c}, {n}",
+                "cmp {c}, qword ptr [{s} + 8]",
                 "jae 7f",
                 "shl {c}, {shift}",
-                "add {c}, {base}",
+                "add {c}, qword ptr [{s}]",
                 "cmp dword ptr [{c}], 0",
                 "jne 7f",
                 "mov {w}, qword ptr [{c} + {p}*8 + {words}]",
                 "movzx {t:e}, {w:x}",
                 "cmp {t:e}, dword ptr [{c} + {p}*4 + {lim}]",
                 "jae 6f",
-                "add {t}, {pcap}",
+                // The slot: stack `p`'s first, plus the length.
+                "mov {st}, {p}",
+                "shl {st}, {cap_shift}",
+                "add {t}, {st}",
                 "mov dword ptr [{c} + {t}*4 + {slots}], {idx:e}",
                 "add {w}, 0x10001",
                 "mov qword ptr [{c} + {p}*8 + {words}], {w}",
@@ -421,10 +427,9 @@ impl Stacks {
                 "8:",
                 descriptor!(),
                 rs = in(reg) rseq_offset(),
-                n = in(reg) self.cpus.len(),
-                base = in(reg) self.cpus.as_ptr(),
+                s = in(reg) self as *const Stacks,
                 p = in(reg) p,
-                pcap = in(reg) p * STACK_CAP,
+                cap_shift = const STACK_CAP.trailing_zeros(),
                 idx = in(reg) idx,
                 shift = const STRIDE_SHIFT,
                 words = const OFF_WORDS,
