@@ -198,11 +198,11 @@ enum Res {
     Nothing,
     /// `push` and `pop` committed.
     Ok,
-    /// `push`: `Miss::Off` (the CPU is stopped).
+    /// `push` and `pop`: `Miss::Off` (the CPU is stopped).
     Off,
     /// `push`: `Miss::Cpu(c)` (the stack is at its limit).
     Full(u8),
-    /// `pop`: `-2`, empty or stopped, to be told apart by `empty_or_stopped`.
+    /// `pop`: `-2`, `Miss::Cpu(c)` (the stack is empty).
     Empty(u8),
     /// `push_all` or `pop_many`: `None`.
     Fail,
@@ -493,7 +493,6 @@ enum Cov {
     OrdinaryAlloc,
     OrdinaryFree,
     RefillFromLists,
-    EmptyOrStoppedSaysStopped,
     FreeFlushes,
 }
 
@@ -919,14 +918,14 @@ impl Model {
             return;
         }
         if spc == 1 {
-            // `cmp dword ptr [{c}], 0` / `jne` (`7f` in push, push_all, pop_many;
-            // `6f` in pop).
+            // `cmp dword ptr [{c}], 0` / `jne 7f` (every sequence: a stopped CPU
+            // is `Miss::Off`, `None`).
             let stopped = w.cpu[c].stopped;
             out.note(|| format!("T{ti} {}: reads cpu{c}.stopped = {stopped}", seq.name()));
             if stopped && checks_stopped {
                 let (r, cov) = match seq {
                     Seq::Push => (Res::Off, Cov::PushStopped),
-                    Seq::Pop => (Res::Empty(c as u8), Cov::PopStopped),
+                    Seq::Pop => (Res::Off, Cov::PopStopped),
                     Seq::PushAll => (Res::Fail, Cov::PushAllStopped),
                     _ => (Res::Fail, Cov::PopManyStopped),
                 };
@@ -1215,9 +1214,10 @@ impl Model {
             (Op::Free(_), 4, Res::Got(_, n)) if n > 0 => w.t[ti].ph = 5,
             (Op::Free(_), 4, _) => w.t[ti].ph = 6,
             (Op::Alloc, 1, Res::Ok) => w.t[ti].ph = 2,
+            (Op::Alloc, 1, Res::Off) => w.t[ti].ph = 10,
             (Op::Alloc, 1, Res::Empty(c)) => {
                 w.t[ti].lockcpu = c;
-                w.t[ti].ph = 3;
+                w.t[ti].ph = 4;
             }
             (Op::Alloc, 6, Res::Got(..)) => w.t[ti].ph = 11,
             (Op::Alloc, 6, _) => w.t[ti].ph = 9,
@@ -1362,20 +1362,6 @@ impl Model {
                 }
                 out.note(|| format!("T{ti} alloc: {} Pcp -> Alloc", blk(b)));
                 self.finish(w, ti);
-            }
-            (Op::Alloc, 3) => {
-                // `empty_or_stopped`: `stopped.load` after the sequence.
-                let c = w.t[ti].lockcpu as usize;
-                let stopped = w.cpu[c].stopped;
-                out.note(|| format!("T{ti} alloc: cpu{c} empty or stopped; stopped = {stopped}"));
-                w.t[ti].res = Res::Nothing;
-                if stopped {
-                    out.hit(Cov::EmptyOrStoppedSaysStopped);
-                    w.t[ti].lockcpu = NONE;
-                    w.t[ti].ph = 10;
-                } else {
-                    w.t[ti].ph = 4;
-                }
             }
             (Op::Alloc, 4) => {
                 // `refill_stack`: `z.pcp_trylock(cpu % z.pcp.len())?`.
@@ -1996,7 +1982,6 @@ fn free_alloc_and_stop() {
             OrdinaryAlloc,
             OrdinaryFree,
             RefillFromLists,
-            EmptyOrStoppedSaysStopped,
         ],
     );
 }
@@ -2106,7 +2091,6 @@ fn refill_flush_alloc_free() {
             OrdinaryAlloc,
             OrdinaryFree,
             RefillFromLists,
-            EmptyOrStoppedSaysStopped,
             FreeFlushes,
         ],
     );
@@ -2149,7 +2133,6 @@ fn full_stack() {
             OrdinaryAlloc,
             OrdinaryFree,
             RefillFromLists,
-            EmptyOrStoppedSaysStopped,
             FreeFlushes,
         ],
     );
@@ -2192,7 +2175,6 @@ fn refill_path() {
             OrdinaryAlloc,
             OrdinaryFree,
             RefillFromLists,
-            EmptyOrStoppedSaysStopped,
             FreeFlushes,
         ],
     );
