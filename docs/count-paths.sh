@@ -25,7 +25,11 @@ count() { # path calls -> "Ir D1mr+D1mw LLmr+LLmw mispredicts"
 }
 printf '%-12s %14s %18s %18s %13s\n' path "instructions" "D1 misses (data)" "LL misses (data)" \
     "mispredicts"
-for path in local-pair pcp-pair local-fill local-drain pcp-fill pcp-drain; do
+# Valgrind does not emulate restartable sequences (glibc registers no rseq area under
+# it), so the raw-* paths take the per-CPU lists here and a LocalCache holds blocks of
+# its own behind its lock: these are the counts of the fallback paths. The per-CPU
+# stacks' own figures come from `PATHS_NS=1` wall-clock runs of the same example.
+for path in local-pair pcp-pair raw-pair local-fill local-drain pcp-fill pcp-drain raw-fill raw-drain; do
     read -r i1 d1 l1 m1 < <(count "$path" "$n")
     read -r i2 d2 l2 m2 < <(count "$path" $((2 * n)))
     awk -v p="$path" -v n="$n" -v i1="$i1" -v i2="$i2" -v d1="$d1" -v d2="$d2" \
