@@ -201,6 +201,25 @@ const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 7;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_int = 1 << 8;
 const MEMBARRIER_CMD_FLAG_CPU: libc::c_uint = 1;
 
+/// `membarrier(PRIVATE_EXPEDITED_RSEQ)` on CPU `cpu`: every restartable sequence
+/// of this process running there now restarts. Falls back to every CPU (a CPU
+/// that is not online runs no sequence, and older kernels lack the CPU flag), then
+/// registers again and retries (a child of `fork` starts without the parent's
+/// registration). `false` if the kernel refuses all of them.
+fn restart_sequences(cpu: usize) -> bool {
+    let membarrier = |cmd: libc::c_int, flags: libc::c_uint, cpu: libc::c_int| {
+        // SAFETY: membarrier takes plain integers and touches no memory of ours.
+        unsafe { libc::syscall(libc::SYS_membarrier, cmd, flags, cpu) == 0 }
+    };
+    let all = || membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0);
+    membarrier(
+        MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+        MEMBARRIER_CMD_FLAG_CPU,
+        cpu as libc::c_int,
+    ) || all()
+        || (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) && all())
+}
+
 fn probe() -> bool {
     // SAFETY: plain data exported by glibc, written once before `main`.
     let size = unsafe { __rseq_size };
@@ -605,28 +624,15 @@ impl Stacks {
         // Any sequence that read `stopped` as 0 and has not committed yet runs on
         // that CPU now or was preempted inside its section: the membarrier
         // restarts the first kind, the kernel the second on its way back.
-        // SAFETY: membarrier takes plain integers.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_membarrier,
-                MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
-                MEMBARRIER_CMD_FLAG_CPU,
-                cpu as libc::c_int,
-            )
-        };
-        if r != 0 {
-            // A CPU that is not online runs no sequence; for anything else, restart
-            // sequences on every CPU (registration succeeded, so this is accepted).
-            // SAFETY: as above.
-            let r = unsafe {
-                libc::syscall(
-                    libc::SYS_membarrier,
-                    MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
-                    0 as libc::c_uint,
-                    0 as libc::c_int,
-                )
-            };
-            debug_assert_eq!(r, 0, "membarrier refused after registration");
+        if !restart_sequences(cpu) {
+            // Nothing else can keep a running sequence from committing into
+            // stacks this thread is about to take: carrying on could hand a block
+            // out twice.
+            std::eprintln!(
+                "zonealloc: membarrier(PRIVATE_EXPEDITED_RSEQ) refused after its \
+                 registration succeeded; the per-CPU stacks cannot be stopped"
+            );
+            std::process::abort();
         }
         core::sync::atomic::fence(Ordering::SeqCst);
         Some(c)
