@@ -280,16 +280,21 @@ impl Exec<'_> {
     }
 
     fn order0_run(&self, i: usize) -> Vec<usize> {
-        // Held order-0 pages with one reference starting at held[i], consecutive.
+        // Held order-0 pages with one reference starting at held[i], consecutive,
+        // in held[i]'s zone (a range across zones is refused: `CrossesZone`).
         let mut by_pfn: BTreeMap<u64, usize> = BTreeMap::new();
         for (k, h) in self.held.iter().enumerate() {
             if h.order.0 == 0 && h.refs == 1 {
                 by_pfn.insert(h.pfn.0, k);
             }
         }
+        let zone = self.za.zone_id_of(self.held[i].pfn);
         let mut run = vec![];
         let mut p = self.held[i].pfn.0;
         while let Some(&k) = by_pfn.get(&p) {
+            if self.za.zone_id_of(Pfn(p)) != zone {
+                break;
+            }
             run.push(k);
             p += 1;
         }
