@@ -74,6 +74,9 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// the process can use them, the configuration allows them, and no debug
     /// mode or `cpu_id` hook is set.
     pub(crate) fast: bool,
+    /// Per highest zone type a request may use: node 0's preferred zone (its index;
+    /// `u8::MAX` for none), the one zone whose stacks `alloc_pages` pops from.
+    pub(crate) fast_zone: [u8; MAX_NR_ZONES],
     /// Every `LocalCache` holding blocks of its own (where `fast` is off), so that
     /// drains and the slow path reach what idle owners hold.
     pub(crate) caches: crate::sync::Lock<Vec<alloc::sync::Weak<crate::local::CacheShared>>>,
@@ -213,7 +216,15 @@ impl<B: Backend> ZoneAllocator<B> {
                     Some((first, nofragment))
                 })
             })
-            .collect();
+            .collect::<Box<[_]>>();
+        let fast_zone = ZoneType::ALL.map(|t| {
+            preferred
+                .first()
+                .and_then(|p: &[Option<Preferred>; MAX_NR_ZONES]| p[t.idx()])
+                .and_then(|(zi, _)| u8::try_from(zi).ok())
+                .filter(|&zi| zi != u8::MAX)
+                .unwrap_or(u8::MAX)
+        });
         let debug = config.debug;
         let compact = crate::compact_state::CompactState::new(&zones);
         let mut za = ZoneAllocator {
@@ -225,6 +236,7 @@ impl<B: Backend> ZoneAllocator<B> {
             node_zones: node_zones.into_boxed_slice(),
             preferred,
             fast,
+            fast_zone,
             caches: crate::sync::Lock::new(Vec::new()),
             backend,
             debug: DebugState::new(debug),

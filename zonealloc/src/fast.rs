@@ -105,8 +105,9 @@ impl<B: Backend> ZoneAllocator<B> {
         if !self.fast || self.debug.faults.armed() || order > self.config.max_order {
             return None;
         }
-        let (first, nofragment) = self.preferred[0][gfp.highest_zone().idx()]?;
-        let z = &self.zones[first];
+        let z = self
+            .zones
+            .get(usize::from(self.fast_zone[gfp.highest_zone().idx()]))?;
         if !pcp_allowed_order(order, z.pageblock_order) {
             return None;
         }
@@ -114,7 +115,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let p = order_to_pindex(mt, order);
         let idx = match z.stacks.pop(p) {
             Ok(idx) => idx,
-            Err(Miss::Cpu(cpu)) => self.refill_stack(z, cpu, gfp, order, mt, p, nofragment)?,
+            Err(Miss::Cpu(cpu)) => self.refill_stack(z, cpu, gfp, order, mt, p)?,
             Err(Miss::Off) => return None,
         };
         let pfn = z.pfn_of(idx);
@@ -130,8 +131,14 @@ impl<B: Backend> ZoneAllocator<B> {
         if !self.fast || order > self.config.max_order {
             return false;
         }
-        let Some(z) = self.zone_of(pfn) else {
-            return false;
+        // One zone (the common case): no lookup, one range check.
+        let z = match &*self.zones {
+            [z] if z.contains(pfn) => z,
+            [_] => return false,
+            _ => match self.zone_of(pfn) {
+                Some(z) => z,
+                None => return false,
+            },
         };
         if !pcp_allowed_order(order, z.pageblock_order) || !pfn.is_aligned(order) {
             return false;
@@ -189,7 +196,6 @@ impl<B: Backend> ZoneAllocator<B> {
     /// the CPU's lock is taken, or the thread lost its stack meanwhile.
     #[cold]
     #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
     fn refill_stack(
         &self,
         z: &Zone,
@@ -198,8 +204,8 @@ impl<B: Backend> ZoneAllocator<B> {
         order: Order,
         mt: Migratetype,
         p: usize,
-        nofragment: bool,
     ) -> Option<u32> {
+        let nofragment = self.preferred[0][gfp.highest_zone().idx()].is_some_and(|(_, n)| n);
         let mut pcp = z.pcp_trylock(cpu % z.pcp.len())?;
         let cs = z.stacks.cpu(cpu)?;
         let tune = &cs.tune[p];
