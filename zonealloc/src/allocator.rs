@@ -74,6 +74,9 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// the process can use them, the configuration allows them, and no debug
     /// mode or `cpu_id` hook is set.
     pub(crate) fast: bool,
+    /// `fast`, and no fault site armed (`inject_faults` keeps it): the one load
+    /// `alloc_pages` tests before its stack.
+    pub(crate) fast_alloc: core::sync::atomic::AtomicBool,
     /// Per highest zone type a request may use: node 0's preferred zone (its index;
     /// `u8::MAX` for none), the one zone whose stacks `alloc_pages` pops from.
     pub(crate) fast_zone: [u8; MAX_NR_ZONES],
@@ -236,6 +239,7 @@ impl<B: Backend> ZoneAllocator<B> {
             node_zones: node_zones.into_boxed_slice(),
             preferred,
             fast,
+            fast_alloc: core::sync::atomic::AtomicBool::new(fast),
             fast_zone,
             caches: crate::sync::Lock::new(Vec::new()),
             backend,
@@ -1198,6 +1202,12 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `fail_page_alloc`, to prove that every caller unwinds cleanly.
     pub fn inject_faults(&self, site: FaultSite, every: u64) {
         self.debug.faults.inject(site, every);
+        // While a site is armed every allocation goes through the paths that
+        // count the calls (the stacks would bypass them).
+        self.fast_alloc.store(
+            self.fast && !self.debug.faults.armed(),
+            core::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Failures injected so far at `site`.

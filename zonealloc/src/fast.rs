@@ -102,7 +102,9 @@ impl<B: Backend> ZoneAllocator<B> {
     /// path.
     #[inline(always)]
     pub(crate) fn alloc_fast(&self, gfp: Gfp, order: Order, head: Head) -> Option<Pfn> {
-        if !self.fast || self.debug.faults.armed() || order > self.config.max_order {
+        if !self.fast_alloc.load(core::sync::atomic::Ordering::Relaxed)
+            || order > self.config.max_order
+        {
             return None;
         }
         let z = self

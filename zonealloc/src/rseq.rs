@@ -79,6 +79,10 @@ const OFF_SLOTS: usize = core::mem::offset_of!(CpuStacks, slots);
 const STRIDE: usize = core::mem::size_of::<CpuStacks>();
 const STRIDE_SHIFT: u32 = STRIDE.trailing_zeros();
 const _: () = assert!(STRIDE == 1 << STRIDE_SHIFT);
+// The sequences read these three fields of `Stacks` at these offsets.
+const _: () = assert!(core::mem::offset_of!(Stacks, base) == 0);
+const _: () = assert!(core::mem::offset_of!(Stacks, n) == 8);
+const _: () = assert!(core::mem::offset_of!(Stacks, rs_offset) == 16);
 
 /// The head of every sequence: arms the thread's rseq area with the sequence's
 /// descriptor (label 9; the kernel clears it on an abort, so a restart at label 2
@@ -292,6 +296,9 @@ pub(crate) struct Stacks {
     /// pointer to `Stacks` (one register fewer at the call site).
     base: usize,
     n: usize,
+    /// glibc's `__rseq_offset`, a constant of the process, kept here beside the
+    /// two above: one load from a line the call reads anyway.
+    rs_offset: isize,
     cpus: alloc::boxed::Box<[CpuStacks]>,
 }
 
@@ -320,6 +327,7 @@ impl Stacks {
         Stacks {
             base: cpus.as_ptr() as usize,
             n: cpus.len(),
+            rs_offset: if cpus.is_empty() { 0 } else { rseq_offset() },
             cpus,
         }
     }
@@ -357,6 +365,7 @@ impl Stacks {
         // abort label, as the kernel requires.
         unsafe {
             core::arch::asm!(
+                "mov {rs}, qword ptr [{s} + 16]",
                 enter!(),
                 "cmp {c}, qword ptr [{s} + 8]",
                 "jae 7f",
@@ -385,7 +394,7 @@ impl Stacks {
                 "mov {out}, -1",
                 "8:",
                 descriptor!(),
-                rs = in(reg) rseq_offset(),
+                rs = out(reg) _,
                 s = in(reg) self as *const Stacks,
                 p = in(reg) p,
                 cap_shift = const STACK_CAP.trailing_zeros(),
@@ -416,6 +425,7 @@ impl Stacks {
         // `STACK_CAP`, before the slot at that length is written.
         unsafe {
             core::arch::asm!(
+                "mov {rs}, qword ptr [{s} + 16]",
                 enter!(),
                 "cmp {c}, qword ptr [{s} + 8]",
                 "jae 7f",
@@ -445,7 +455,7 @@ impl Stacks {
                 "mov {st:e}, 2",
                 "8:",
                 descriptor!(),
-                rs = in(reg) rseq_offset(),
+                rs = out(reg) _,
                 s = in(reg) self as *const Stacks,
                 p = in(reg) p,
                 cap_shift = const STACK_CAP.trailing_zeros(),
