@@ -110,10 +110,24 @@ impl<B: Backend> ZoneAllocator<B> {
         let z = self
             .zones
             .get(usize::from(self.fast_zone[gfp.highest_zone().idx()]))?;
+        self.alloc_fast_in(z, gfp, gfp.migratetype(), order, head)
+    }
+
+    /// `alloc_fast` in zone `z` (the preferred zone of `gfp`), for requests of
+    /// type `mt` (`gfp`'s): what a `LocalCache`, which knows both, calls. The
+    /// caller has checked `fast_alloc` and the order against `max_order`.
+    #[inline(always)]
+    pub(crate) fn alloc_fast_in(
+        &self,
+        z: &Zone,
+        gfp: Gfp,
+        mt: Migratetype,
+        order: Order,
+        head: Head,
+    ) -> Option<Pfn> {
         if !pcp_allowed_order(order, z.pageblock_order) {
             return None;
         }
-        let mt = gfp.migratetype();
         let p = order_to_pindex(mt, order);
         let idx = match z.stacks.pop(p) {
             Ok(idx) => idx,

@@ -369,8 +369,14 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     #[inline(always)]
     pub fn alloc(&mut self, order: Order) -> Result<Pfn, AllocError> {
         let Some(shared) = &self.shared else {
-            if let Some(p) = self.za.alloc_fast(self.gfp, order, Head::PLAIN) {
-                return Ok(p);
+            let za = self.za;
+            if za.fast_alloc.load(core::sync::atomic::Ordering::Relaxed)
+                && order <= za.config.max_order
+            {
+                let z = self.zone;
+                if let Some(p) = za.alloc_fast_in(z, self.gfp, self.mt, order, Head::PLAIN) {
+                    return Ok(p);
+                }
             }
             return self.alloc_slow(order);
         };
