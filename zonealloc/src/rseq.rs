@@ -86,8 +86,11 @@ const _: () = assert!(core::mem::offset_of!(Stacks, rs_offset) == 16);
 
 /// The head of every sequence: arms the thread's rseq area with the sequence's
 /// descriptor (label 9; the kernel clears it on an abort, so a restart at label 2
-/// arms it again), then reads the CPU the thread runs on. `{rs}` is glibc's
-/// `__rseq_offset`: the area is at that offset from the thread pointer, `%fs`.
+/// arms it again), reads the CPU the thread runs on, and leaves `{c}` pointing at
+/// that CPU's `CpuStacks`, or leaves for label 7 if the CPU has none or is
+/// stopped. `{rs}` is glibc's `__rseq_offset` (the area is at that offset from the
+/// thread pointer, `%fs`); `{s}` points at the stacks' address and count, its
+/// first two words (`Stacks` or `Bulk`).
 macro_rules! enter {
     () => {
         concat!(
@@ -96,6 +99,12 @@ macro_rules! enter {
             "mov qword ptr fs:[{rs} + 8], {t}\n",
             "3:\n",
             "mov {c:e}, dword ptr fs:[{rs} + 4]\n",
+            "cmp {c}, qword ptr [{s} + 8]\n",
+            "jae 7f\n",
+            "shl {c}, {shift}\n",
+            "add {c}, qword ptr [{s}]\n",
+            "cmp dword ptr [{c}], 0\n",
+            "jne 7f\n",
         )
     };
 }
@@ -278,7 +287,8 @@ pub(crate) enum Miss {
     Off,
 }
 
-/// Arguments of the bulk sequences, read from memory inside them.
+/// Arguments of the bulk sequences, read from memory inside them; the first two
+/// words are laid out as `Stacks`' (see `enter!`).
 #[repr(C)]
 struct Bulk {
     base: *const CpuStacks,
@@ -367,12 +377,6 @@ impl Stacks {
             core::arch::asm!(
                 "mov {rs}, qword ptr [{s} + 16]",
                 enter!(),
-                "cmp {c}, qword ptr [{s} + 8]",
-                "jae 7f",
-                "shl {c}, {shift}",
-                "add {c}, qword ptr [{s}]",
-                "cmp dword ptr [{c}], 0",
-                "jne 7f",
                 "mov {w}, qword ptr [{c} + {p}*8 + {words}]",
                 "test {w:x}, {w:x}",
                 "jz 6f",
@@ -427,12 +431,6 @@ impl Stacks {
             core::arch::asm!(
                 "mov {rs}, qword ptr [{s} + 16]",
                 enter!(),
-                "cmp {c}, qword ptr [{s} + 8]",
-                "jae 7f",
-                "shl {c}, {shift}",
-                "add {c}, qword ptr [{s}]",
-                "cmp dword ptr [{c}], 0",
-                "jne 7f",
                 "mov {w}, qword ptr [{c} + {p}*8 + {words}]",
                 "movzx {t:e}, {w:x}",
                 "cmp {t:e}, dword ptr [{c} + {p}*4 + {lim}]",
@@ -501,25 +499,19 @@ impl Stacks {
         unsafe {
             core::arch::asm!(
                 enter!(),
-                "cmp {c}, qword ptr [{a} + 8]",
-                "jae 7f",
-                "shl {c}, {shift}",
-                "add {c}, qword ptr [{a}]",
-                "cmp dword ptr [{c}], 0",
-                "jne 7f",
-                "mov {t}, qword ptr [{a} + 16]",
+                "mov {t}, qword ptr [{s} + 16]",
                 "mov {w}, qword ptr [{c} + {t}]",
                 "movzx {t:e}, {w:x}",
                 "mov {j}, {t}",
-                "add {j}, qword ptr [{a} + 40]",
+                "add {j}, qword ptr [{s} + 40]",
                 "cmp {j}, {cap}",
                 "ja 7f",
                 "lea {t}, [{c} + {t}*4]",
-                "add {t}, qword ptr [{a} + 24]",
+                "add {t}, qword ptr [{s} + 24]",
                 "xor {j:e}, {j:e}",
-                "mov {e}, qword ptr [{a} + 32]",
+                "mov {e}, qword ptr [{s} + 32]",
                 "22:",
-                "cmp {j}, qword ptr [{a} + 40]",
+                "cmp {j}, qword ptr [{s} + 40]",
                 "jae 23f",
                 "mov {w:e}, dword ptr [{e} + {j}*4]",
                 "mov dword ptr [{t} + {j}*4], {w:e}",
@@ -527,9 +519,9 @@ impl Stacks {
                 "jmp 22b",
                 "23:",
                 // The word again (nothing on this CPU commits inside our section).
-                "mov {t}, qword ptr [{a} + 16]",
+                "mov {t}, qword ptr [{s} + 16]",
                 "mov {w}, qword ptr [{c} + {t}]",
-                "add {w}, qword ptr [{a} + 40]",
+                "add {w}, qword ptr [{s} + 40]",
                 "mov qword ptr [{c} + {t}], {w}",
                 "4:",
                 "xor {st:e}, {st:e}",
@@ -540,7 +532,7 @@ impl Stacks {
                 "8:",
                 descriptor!(),
                 rs = in(reg) rseq_offset(),
-                a = in(reg) &args,
+                s = in(reg) &args,
                 shift = const STRIDE_SHIFT,
                 cap = const STACK_CAP,
                 t = out(reg) _,
@@ -574,22 +566,16 @@ impl Stacks {
         unsafe {
             core::arch::asm!(
                 enter!(),
-                "cmp {c}, qword ptr [{a} + 8]",
-                "jae 7f",
-                "shl {c}, {shift}",
-                "add {c}, qword ptr [{a}]",
-                "cmp dword ptr [{c}], 0",
-                "jne 7f",
-                "mov {t}, qword ptr [{a} + 16]",
+                "mov {t}, qword ptr [{s} + 16]",
                 "mov {w}, qword ptr [{c} + {t}]",
                 "movzx {t:e}, {w:x}",
-                "mov {j}, qword ptr [{a} + 40]",
+                "mov {j}, qword ptr [{s} + 40]",
                 "cmp {t}, {j}",
                 "cmovb {j}, {t}",
                 "sub {t}, {j}",
                 "lea {t}, [{c} + {t}*4]",
-                "add {t}, qword ptr [{a} + 24]",
-                "mov {e}, qword ptr [{a} + 32]",
+                "add {t}, qword ptr [{s} + 24]",
+                "mov {e}, qword ptr [{s} + 32]",
                 "mov {got}, {j}",
                 "22:",
                 "test {j}, {j}",
@@ -599,7 +585,7 @@ impl Stacks {
                 "mov dword ptr [{e} + {j}*4], {w:e}",
                 "jmp 22b",
                 "23:",
-                "mov {t}, qword ptr [{a} + 16]",
+                "mov {t}, qword ptr [{s} + 16]",
                 "mov {w}, qword ptr [{c} + {t}]",
                 "sub {w}, {got}",
                 "mov qword ptr [{c} + {t}], {w}",
@@ -611,7 +597,7 @@ impl Stacks {
                 "8:",
                 descriptor!(),
                 rs = in(reg) rseq_offset(),
-                a = in(reg) &args,
+                s = in(reg) &args,
                 shift = const STRIDE_SHIFT,
                 t = out(reg) _,
                 c = out(reg) c,

@@ -991,7 +991,7 @@ impl Model {
                 let k = w.t[ti].nbuf as usize;
                 match spc {
                     2 => {
-                        // `mov {w}, qword ptr [{c} + {t}]`, `movzx`, `add {j}, [{a} + 40]`,
+                        // `mov {w}, qword ptr [{c} + {t}]`, `movzx`, `add {j}, [{s} + 40]`,
                         // `cmp {j}, {cap}`, `ja 7f`.
                         let word = w.cpu[c].word;
                         let len = len_of(word);
@@ -1033,7 +1033,7 @@ impl Model {
                         });
                     }
                     _ => {
-                        // `add {w}, [{a} + 40]`, `mov qword ptr [{c} + {t}], {w}`: the commit.
+                        // `add {w}, [{s} + 40]`, `mov qword ptr [{c} + {t}], {w}`: the commit.
                         Self::wrote(w, ti, c, "word", out);
                         let nw = w.t[ti].w + k as u64;
                         w.cpu[c].word = nw;

@@ -63,6 +63,10 @@
 
 #![cfg(all(feature = "std", target_os = "linux"))]
 
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
+
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Barrier, Mutex, MutexGuard, Once};
 use std::thread;
@@ -145,34 +149,8 @@ fn report_fast_path(name: &str, za: &ZoneAllocator) {
 }
 
 // -----------------------------------------------------------------------------
-// Random numbers
+// Random numbers (`Rng`: support/rng.rs)
 // -----------------------------------------------------------------------------
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-
-    fn pick<'a, T>(&mut self, v: &'a [T]) -> &'a T {
-        &v[self.below(v.len() as u64) as usize]
-    }
-}
 
 /// Mostly order 0; orders 1..=3; now and then a whole pageblock.
 fn pick_order(rng: &mut Rng) -> Order {

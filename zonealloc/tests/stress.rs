@@ -49,6 +49,9 @@
 
 #[path = "support/figures.rs"]
 mod figures;
+#[path = "support/rng.rs"]
+mod rng;
+use rng::Rng;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -116,34 +119,8 @@ fn machine() -> std::sync::MutexGuard<'static, ()> {
 }
 
 // -----------------------------------------------------------------------------
-// Random numbers
+// Random numbers (`Rng`: support/rng.rs)
 // -----------------------------------------------------------------------------
-
-/// splitmix64: tiny, seedable, good enough to drive a workload.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: u64) -> u64 {
-        ((self.next() as u128 * n as u128) >> 64) as u64
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// ~70 % order 0, 20 % orders 1..=3, 10 % orders 4..=9; capped at `max`.
 fn pick_order(rng: &mut Rng, max: Order) -> Order {
