@@ -39,6 +39,14 @@ fn newcomer_gets(za: &ZoneAllocator) -> u64 {
                 got.push(p);
             }
             let n = got.len() as u64;
+            // The walks with and without caches run the same per-CPU stacks, so
+            // comparing them alone could not catch stacks that hide memory: at
+            // `NoMemory` the drains must have reached (almost) every per-CPU page.
+            let left = za.nr_pcp_pages();
+            assert!(
+                left <= 64,
+                "NoMemory with {left} pages still on per-CPU stacks, lists or caches"
+            );
             for p in got {
                 za.free_pages(p, Order(0)).unwrap();
             }
