@@ -19,11 +19,17 @@ const ZONE: u64 = 64 << 20;
 const THREADS: usize = 32;
 
 fn za(stacks: bool) -> ZoneAllocator {
+    za_with(stacks, None)
+}
+
+/// `za`, with `min_free_kbytes` as given (`None`: Linux's formula).
+fn za_with(stacks: bool, min_free_kbytes: Option<u64>) -> ZoneAllocator {
     ZoneAllocator::new(Config {
         pcp: PcpConfig {
             rseq: stacks,
             ..PcpConfig::default()
         },
+        min_free_kbytes,
         ..Config::with_bytes(ZONE)
     })
     .unwrap()
@@ -99,8 +105,8 @@ fn free(za: &ZoneAllocator, cache: Option<&mut LocalCache<'_, AbstractFrames>>, 
 /// `THREADS` threads walk (through caches of their own or not), then wait, holding
 /// their caches, while a newcomer allocates until `NoMemory`. Returns what the
 /// newcomer got and what the caches held meanwhile.
-fn newcomer_after_walkers(stacks: bool, caches: bool) -> (u64, u64) {
-    let za = Arc::new(za(stacks));
+fn newcomer_after_walkers(stacks: bool, caches: bool, reserve: Option<u64>) -> (u64, u64) {
+    let za = Arc::new(za_with(stacks, reserve));
     // Every thread walks, then waits holding its cache until the newcomer is done.
     let walked = Arc::new(Barrier::new(THREADS + 1));
     let release = Arc::new(Barrier::new(THREADS + 1));
@@ -147,17 +153,27 @@ fn newcomer_after_walkers(stacks: bool, caches: bool) -> (u64, u64) {
 }
 
 fn idle_caches_hide_nothing(stacks: bool) {
-    let (without, _) = newcomer_after_walkers(stacks, false);
-    let (with, cached) = newcomer_after_walkers(stacks, true);
-    println!(
-        "stacks {stacks}: the newcomer got {with} pages beside {THREADS} idle caches \
-         ({cached} pages cached), {without} after the same walks without caches"
-    );
-    assert!(
-        with + 64 >= without,
-        "idle caches hid {} pages: {with} against {without}",
-        without - with
-    );
+    // With Linux's reserve the newcomer's last per-CPU refill may or may not dip
+    // below the min watermark (the count lands near 16,130-16,160 or 16,220 from
+    // run to run, caches or not): the comparison runs without a reserve, where it
+    // is exact, and the default configuration is checked by `newcomer_gets` (at
+    // `NoMemory`, nothing left per-CPU).
+    for reserve in [Some(0), None] {
+        let (without, _) = newcomer_after_walkers(stacks, false, reserve);
+        let (with, cached) = newcomer_after_walkers(stacks, true, reserve);
+        println!(
+            "stacks {stacks}, min_free_kbytes {reserve:?}: the newcomer got {with} pages \
+             beside {THREADS} idle caches ({cached} pages cached), {without} after the same \
+             walks without caches"
+        );
+        if reserve == Some(0) {
+            assert!(
+                with + 64 >= without,
+                "idle caches hid {} pages: {with} against {without}",
+                without - with
+            );
+        }
+    }
 }
 
 #[test]
