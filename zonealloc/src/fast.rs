@@ -38,9 +38,47 @@ pub(crate) const STACK_BATCH: usize = 32;
 /// Blocks of pageblock order a refill takes and a flush gives back.
 const STACK_BATCH_PAGEBLOCK: usize = 2;
 /// The most batches a stack holds before a free flushes, and a refill takes.
-const MAX_BATCHES: u8 = 8;
+pub(crate) const MAX_BATCHES: u8 = 8;
 /// Batches a stack holds at first.
-const MIN_BATCHES: u8 = 2;
+pub(crate) const MIN_BATCHES: u8 = 2;
+
+/// The limit of a stack or a `LocalCache` order (batches held before a free
+/// flushes) after a refill: doubled, up to `MAX_BATCHES`, if flushes came since the
+/// last refill (`flush_run`): they gave back what was wanted again. The run of
+/// flushes starts again at 0.
+#[inline]
+pub(crate) fn limit_after_refill(limit: u8, flush_run: u8) -> u8 {
+    if flush_run > 0 {
+        (limit * 2).min(MAX_BATCHES)
+    } else {
+        limit
+    }
+}
+
+/// The next refill's `alloc_factor` after one that took `batch << factor`: one
+/// more, while that stays within `MAX_BATCHES` batches (Linux's
+/// `pcp->alloc_factor`).
+#[inline]
+pub(crate) fn factor_after_refill(factor: u8, current: u8) -> u8 {
+    if 2usize << factor <= MAX_BATCHES as usize {
+        factor + 1
+    } else {
+        current
+    }
+}
+
+/// `(limit, flush_run)` after a flush: a run of flushes longer than the limit in
+/// batches, with no refill between them, halves the limit (down to
+/// `MIN_BATCHES`): the owner is giving memory back, not swinging.
+#[inline]
+pub(crate) fn limit_after_flush(limit: u8, flush_run: u8) -> (u8, u8) {
+    let run = flush_run + 1;
+    if run > limit {
+        ((limit / 2).max(MIN_BATCHES), 0)
+    } else {
+        (limit, run)
+    }
+}
 
 /// `order_to_pindex` for a per-CPU type given by its index (`pcp_type`).
 #[inline(always)]
@@ -247,16 +285,15 @@ impl<B: Backend> ZoneAllocator<B> {
             factor -= 1;
         };
         // A refill right after a flush: the flush gave back what was wanted again.
-        let mut limit = tune.limit.load(Ordering::Relaxed);
-        if tune.flush_run.load(Ordering::Relaxed) > 0 {
-            limit = (limit * 2).min(MAX_BATCHES);
+        let old = tune.limit.load(Ordering::Relaxed);
+        let limit = limit_after_refill(old, tune.flush_run.load(Ordering::Relaxed));
+        if limit != old {
             tune.limit.store(limit, Ordering::Relaxed);
             cs.set_lim(p, (base * limit as usize).min(cap) as u32);
         }
         tune.flush_run.store(0, Ordering::Relaxed);
-        if 2usize << factor <= MAX_BATCHES as usize {
-            tune.alloc_factor.store(factor + 1, Ordering::Relaxed);
-        }
+        let next = factor_after_refill(factor, tune.alloc_factor.load(Ordering::Relaxed));
+        tune.alloc_factor.store(next, Ordering::Relaxed);
         let mut buf = [0u32; STACK_CAP];
         // What the CPU's list holds first (blocks freed through the lists), then
         // whole free blocks cut up, the last one whole where the zone can spare a
@@ -326,15 +363,12 @@ impl<B: Backend> ZoneAllocator<B> {
         let cap = cap_of(pcp.pcp.high_max, order);
         let base = batch_of(p, z.pageblock_order).min(cap);
         tune.alloc_factor.store(0, Ordering::Relaxed);
-        let run = tune.flush_run.load(Ordering::Relaxed) + 1;
-        let mut limit = tune.limit.load(Ordering::Relaxed);
-        if run > limit {
-            limit = (limit / 2).max(MIN_BATCHES);
-            tune.limit.store(limit, Ordering::Relaxed);
-            tune.flush_run.store(0, Ordering::Relaxed);
-        } else {
-            tune.flush_run.store(run, Ordering::Relaxed);
-        }
+        let (limit, run) = limit_after_flush(
+            tune.limit.load(Ordering::Relaxed),
+            tune.flush_run.load(Ordering::Relaxed),
+        );
+        tune.limit.store(limit, Ordering::Relaxed);
+        tune.flush_run.store(run, Ordering::Relaxed);
         let lim = (base * limit as usize).min(cap);
         cs.set_lim(p, lim as u32);
         // Down to a batch below the limit: one batch, or what a large refill left.
