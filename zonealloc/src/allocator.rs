@@ -486,6 +486,20 @@ impl<B: Backend> ZoneAllocator<B> {
         self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, Head::PLAIN)
     }
 
+    /// `alloc_pages` of a block published as `head` (a vmalloc area's blocks come
+    /// marked as its own): this CPU's stack first, as `alloc_pages`.
+    pub(crate) fn alloc_pages_as(
+        &self,
+        gfp: Gfp,
+        order: Order,
+        head: Head,
+    ) -> Result<Pfn, AllocError> {
+        if let Some(p) = self.alloc_fast(gfp, order, head) {
+            return Ok(p);
+        }
+        self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, head)
+    }
+
     /// As `alloc_pages`, using CPU `cpu`'s per-CPU lists (taken modulo `nr_cpus`).
     /// For simulated CPUs in tests and for callers that know their CPU.
     ///
@@ -774,7 +788,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if self.free_fast(pfn, order) {
             return Ok(());
         }
-        self.free_pages_by(self.current_cpu(), pfn, order, Holder::Raw)
+        self.free_pages_by(Via::Cpu(self.current_cpu()), pfn, order, Holder::Raw)
     }
 
     /// As `free_pages`, freeing to CPU `cpu`'s lists (taken modulo `nr_cpus`).
@@ -782,7 +796,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// As `free_pages`.
     pub fn free_pages_on(&self, cpu: usize, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.free_pages_by(self.cpu_index(cpu), pfn, order, Holder::Raw)
+        self.free_pages_by(Via::Cpu(self.cpu_index(cpu)), pfn, order, Holder::Raw)
     }
 
     /// The zone of `pfn` as the head of a block of `order`: the checks every call
@@ -799,18 +813,19 @@ impl<B: Backend> ZoneAllocator<B> {
         Ok(z)
     }
 
-    /// `free_pages` on behalf of `by`, to CPU `cpu`'s lists.
+    /// `free_pages` on behalf of `by`, the way `via` says (`Via::Cpu`: that CPU's
+    /// lists; `Via::Here`: the stack of the CPU the thread runs on where the
+    /// stacks serve the block, as `free_pages`).
     #[inline]
     pub(crate) fn free_pages_by(
         &self,
-        cpu: usize,
+        via: Via,
         pfn: Pfn,
         order: Order,
         by: Holder,
     ) -> Result<(), FreeError> {
         let z = self.head_zone(pfn, order)?;
-        self.put_and_free(z, pfn, Some(order), Via::Cpu(cpu), by)
-            .map(|_| ())
+        self.put_and_free(z, pfn, Some(order), via, by).map(|_| ())
     }
 
     /// Drops one reference on the block whose head is `pfn`, freeing it at zero.

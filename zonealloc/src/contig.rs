@@ -27,7 +27,7 @@
 
 use alloc::vec::Vec;
 
-use crate::allocator::{Head, Holder, ZoneAllocator};
+use crate::allocator::{Head, Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::FreeError;
 use crate::frame::{Tag, Word, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING, FLAG_VMALLOC};
@@ -272,8 +272,7 @@ impl<B: Backend> ZoneAllocator<B> {
         for (p, order) in chunks(pfn, nr, z.max_order) {
             // The head becomes the frozen head of the whole chunk.
             z.frames.set_word(z.idx(p), Word::frozen(order));
-            self.debug.free_prepare(&self.backend, p, order);
-            self.free_frozen(z, p, order, cpu);
+            self.release_frozen(z, p, order, Via::Here(cpu));
         }
     }
 

@@ -32,11 +32,12 @@ use crate::rseq::{Miss, Stacks, STACK_CAP};
 use crate::sync::Ordering;
 use crate::types::{Migratetype, Order, Pfn, Wmark};
 use crate::zone::Zone;
+use core::mem::MaybeUninit;
 
 /// Blocks of order 0 a refill takes and a flush gives back; halved per order.
 pub(crate) const STACK_BATCH: usize = 32;
 /// Blocks of pageblock order a refill takes and a flush gives back.
-const STACK_BATCH_PAGEBLOCK: usize = 2;
+const STACK_BATCH_PAGEBLOCK: usize = 8;
 /// The most batches a stack holds before a free flushes, and a refill takes.
 pub(crate) const MAX_BATCHES: u8 = 8;
 /// Batches a stack holds at first.
@@ -88,6 +89,65 @@ fn pcp_index(t: usize, order: Order, pageblock_order: Order) -> usize {
         NR_PCP_LISTS - 2 + usize::from(t == Migratetype::Movable as usize)
     } else {
         crate::types::MIGRATE_PCPTYPES * order.idx() + t
+    }
+}
+
+/// Up to `N` values on the stack, uninitialised past the length: a refill or a
+/// flush moves a few blocks through a buffer sized for the most a stack holds, and
+/// zeroing all of it cost more than the move (a pageblock-order flush of two blocks
+/// wrote 6 KiB of zeros).
+pub(crate) struct Buf<T: Copy, const N: usize> {
+    v: [MaybeUninit<T>; N],
+    len: usize,
+}
+
+#[allow(unsafe_code)]
+impl<T: Copy, const N: usize> Buf<T, N> {
+    #[inline(always)]
+    pub(crate) fn new() -> Self {
+        Buf {
+            v: [const { MaybeUninit::uninit() }; N],
+            len: 0,
+        }
+    }
+
+    /// Appends `x`; panics when full.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, x: T) {
+        self.v[self.len].write(x);
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    pub(crate) fn as_slice(&self) -> &[T] {
+        // SAFETY: the first `len` entries were written (`push`, `extend_with`).
+        unsafe { core::slice::from_raw_parts(self.v.as_ptr().cast::<T>(), self.len) }
+    }
+
+    /// Lets `fill` write up to `max` entries after the last one and say how many
+    /// it wrote (`None`: none).
+    ///
+    /// # Safety
+    /// `fill` must have written the first `k` entries of the slice it was given
+    /// when it returns `Some((_, k))`.
+    #[inline(always)]
+    pub(crate) unsafe fn extend_with<R>(
+        &mut self,
+        max: usize,
+        fill: impl FnOnce(&mut [MaybeUninit<T>]) -> Option<(R, usize)>,
+    ) -> Option<(R, usize)> {
+        let end = (self.len + max).min(N);
+        let got = fill(&mut self.v[self.len..end]);
+        if let Some((_, k)) = &got {
+            assert!(*k <= end - self.len);
+            self.len += k;
+        }
+        got
     }
 }
 
@@ -294,34 +354,40 @@ impl<B: Backend> ZoneAllocator<B> {
         tune.flush_run.store(0, Ordering::Relaxed);
         let next = factor_after_refill(factor, tune.alloc_factor.load(Ordering::Relaxed));
         tune.alloc_factor.store(next, Ordering::Relaxed);
-        let mut buf = [0u32; STACK_CAP];
+        let mut buf = Buf::<u32, STACK_CAP>::new();
         // What the CPU's list holds first (blocks freed through the lists), then
         // whole free blocks cut up, the last one whole where the zone can spare a
         // second batch too (at most `2n - 1 < STACK_CAP` blocks in all).
-        let mut got = pcp.take_listed(p, &mut buf[..n]);
-        if got < n {
+        pcp.take_listed(p, n, &mut buf);
+        if buf.len() < n {
             let more = (n as u64) * order.nr_pages();
             let whole = 2 * n <= cap && z.watermark_fast(order, need + more, highest, flags);
             let t = z.frames.view();
             let word = Word::pcp(order, pcp.cpu as u8);
             let mut zl = z.lock();
-            zl.rmqueue_bulk(order, mt, flags, (n - got) as u64, whole, |first, k| {
-                let i = t.idx(first);
-                t.set_words(i, k as u32, order.0, word);
-                for j in 0..k as u32 {
-                    buf[got] = i + (j << order.0);
-                    got += 1;
-                }
-            });
+            zl.rmqueue_bulk(
+                order,
+                mt,
+                flags,
+                (n - buf.len()) as u64,
+                whole,
+                |first, k| {
+                    let i = t.idx(first);
+                    t.set_words(i, k as u32, order.0, word);
+                    for j in 0..k as u32 {
+                        buf.push(i + (j << order.0));
+                    }
+                },
+            );
         }
+        let got = buf.len();
         if got == 0 {
             return None;
         }
         pcp.slot.stats.refills.add(1);
         pcp.slot.stats.refill_blocks.add(got as i64);
         // One for this call, the rest on the stack of the CPU the thread runs on now.
-        let mine = buf[got - 1];
-        let rest = &buf[..got - 1];
+        let (&mine, rest) = buf.as_slice().split_last()?;
         if !rest.is_empty() {
             match z.stacks.push_all(p, rest) {
                 Some(c) => {
@@ -331,11 +397,11 @@ impl<B: Backend> ZoneAllocator<B> {
                 }
                 None => {
                     // Stopped or full meanwhile: they go back to the buddy lists.
-                    let mut pfns = [Pfn(0); STACK_CAP];
-                    for (d, &i) in pfns.iter_mut().zip(rest) {
-                        *d = z.pfn_of(i);
+                    let mut pfns = Buf::<Pfn, STACK_CAP>::new();
+                    for &i in rest {
+                        pfns.push(z.pfn_of(i));
                     }
-                    z.lock().free_batch_locked(&pfns[..rest.len()], order);
+                    z.lock().free_batch_locked(pfns.as_slice(), order);
                 }
             }
         }
@@ -374,23 +440,24 @@ impl<B: Backend> ZoneAllocator<B> {
         // Down to a batch below the limit: one batch, or what a large refill left.
         let keep = lim.saturating_sub(base);
         let want = (cs.len(p) as usize).saturating_sub(keep).max(base);
-        let mut buf = [0u32; STACK_CAP];
-        let (c, n) = z
-            .stacks
-            .pop_many(p, &mut buf[..want.min(STACK_CAP)])
-            .unwrap_or((0, 0));
+        let mut buf = Buf::<u32, STACK_CAP>::new();
+        // SAFETY: `pop_many` writes the first `n` entries of the slice it is given.
+        #[allow(unsafe_code)]
+        let (c, n) =
+            unsafe { buf.extend_with(want, |out| z.stacks.pop_many(p, out)) }.unwrap_or((0, 0));
         if n > 0 {
             if let Some(cs) = z.stacks.cpu(c) {
                 cs.count_out(p, n as u64);
             }
         }
-        let mut pfns = [Pfn(0); STACK_CAP + 1];
-        for (d, &i) in pfns.iter_mut().zip(&buf[..n]) {
-            *d = z.pfn_of(i);
-            crate::allocator::prefetch_merge(z, *d, order);
+        let mut pfns = Buf::<Pfn, { STACK_CAP + 1 }>::new();
+        for &i in buf.as_slice() {
+            let d = z.pfn_of(i);
+            crate::allocator::prefetch_merge(z, d, order);
+            pfns.push(d);
         }
-        pfns[n] = pfn;
-        z.lock().free_batch_locked(&pfns[..=n], order);
+        pfns.push(pfn);
+        z.lock().free_batch_locked(pfns.as_slice(), order);
         pcp.slot.stats.drains.add(1);
         pcp.slot.stats.drain_blocks.add(n as i64 + 1);
         drop(pcp);

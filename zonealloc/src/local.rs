@@ -72,7 +72,7 @@
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 
-use crate::allocator::{Head, Holder, ZoneAllocator};
+use crate::allocator::{Head, Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::{AllocError, FreeError};
 use crate::fast::MIN_BATCHES;
@@ -603,7 +603,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             && pfn.is_aligned(order)
             && (z.blocks.is_type(pfn, self.mt) || self.takes(z.blocks.migratetype(pfn)));
         if !local {
-            return za.free_pages_by(self.cpu, pfn, order, Holder::Raw);
+            return za.free_pages_by(Via::Cpu(self.cpu), pfn, order, Holder::Raw);
         }
         // The common case, inline: a plain allocated head of this order (no flag)
         // with its last reference. The compare-and-swap expects the state this

@@ -14,7 +14,7 @@
 
 use core::fmt;
 
-use crate::allocator::{Head, Holder, ZoneAllocator};
+use crate::allocator::{Head, Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::{AllocError, FreeError};
 use crate::gfp::Gfp;
@@ -214,7 +214,7 @@ impl<B: Backend> Drop for PageBlock<'_, B> {
         let cpu = self.za.current_cpu();
         let r = self
             .za
-            .free_pages_by(cpu, self.pfn, self.order, Holder::Guard);
+            .free_pages_by(Via::Cpu(cpu), self.pfn, self.order, Holder::Guard);
         // Nothing but the guard can change a guarded block, so the free succeeds.
         debug_assert!(r.is_ok(), "PageBlock could not free its block: {r:?}");
     }

@@ -263,24 +263,28 @@ impl PcpLocked<'_> {
         }
     }
 
-    /// Unlinks up to `out.len()` blocks from the head of list `pindex` into `out`
-    /// (frame indices), for the stacks: they stay free and per-CPU, so no event is
-    /// counted. Returns how many.
-    pub(crate) fn take_listed(&mut self, pindex: usize, out: &mut [u32]) -> usize {
+    /// Unlinks up to `max` blocks from the head of list `pindex` onto `out` (frame
+    /// indices), for the stacks: they stay free and per-CPU, so no event is
+    /// counted.
+    pub(crate) fn take_listed<const N: usize>(
+        &mut self,
+        pindex: usize,
+        max: usize,
+        out: &mut crate::fast::Buf<u32, N>,
+    ) {
         let z = self.zone;
         let order = pindex_to_order(pindex, z.pageblock_order);
         let mut n = 0;
-        while n < out.len() && !self.pcp.lists[pindex].is_empty() {
+        while n < max && !self.pcp.lists[pindex].is_empty() {
             let idx = self.pcp.lists[pindex].head;
             self.pcp.lists[pindex].unlink(&z.frames, idx);
-            out[n] = idx;
+            out.push(idx);
             n += 1;
         }
         if n > 0 {
             let c = self.pcp.count - ((n as u64) << order.0);
             self.set_count(c);
         }
-        n
     }
 
     #[inline]

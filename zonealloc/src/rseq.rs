@@ -548,15 +548,20 @@ impl Stacks {
     }
 
     /// Pops up to `out.len()` frame indices (the top of the stack) from stack `p` of
-    /// the CPU the thread runs on into `out`. Returns the CPU and how many it
-    /// popped (possibly none), or `None` for a stopped or out-of-range CPU.
-    pub(crate) fn pop_many(&self, p: usize, out: &mut [u32]) -> Option<(usize, usize)> {
+    /// the CPU the thread runs on into the start of `out`. Returns the CPU and how
+    /// many it popped (possibly none: that many entries of `out` are written), or
+    /// `None` for a stopped or out-of-range CPU.
+    pub(crate) fn pop_many(
+        &self,
+        p: usize,
+        out: &mut [core::mem::MaybeUninit<u32>],
+    ) -> Option<(usize, usize)> {
         let args = Bulk {
             base: self.cpus.as_ptr(),
             n: self.cpus.len() as u64,
             woff: (OFF_WORDS + p * 8) as u64,
             soff: (OFF_SLOTS + p * STACK_CAP * 4) as u64,
-            buf: out.as_mut_ptr(),
+            buf: out.as_mut_ptr().cast::<u32>(),
             k: out.len().min(STACK_CAP) as u64,
         };
         let c: usize;

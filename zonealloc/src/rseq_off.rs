@@ -85,7 +85,11 @@ impl Stacks {
     pub(crate) fn push_all(&self, _p: usize, _blocks: &[u32]) -> Option<usize> {
         None
     }
-    pub(crate) fn pop_many(&self, _p: usize, _out: &mut [u32]) -> Option<(usize, usize)> {
+    pub(crate) fn pop_many(
+        &self,
+        _p: usize,
+        _out: &mut [core::mem::MaybeUninit<u32>],
+    ) -> Option<(usize, usize)> {
         None
     }
     pub(crate) fn stop(&self, _cpu: usize) -> Option<&CpuStacks> {

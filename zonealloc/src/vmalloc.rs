@@ -84,7 +84,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ptr::NonNull;
 
-use crate::allocator::{Head, Holder, ZoneAllocator};
+use crate::allocator::{Head, Holder, Via, ZoneAllocator};
 #[cfg(feature = "std")]
 use crate::arena::{Arena, ArenaWindow};
 use crate::backend::Backend;
@@ -903,7 +903,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
         // be refused; were it ever, the block goes back and this order fails.
         let take = |pages: &mut Vec<Pfn>, p: Pfn, order: Order| -> bool {
             if order.0 > 0 && za.split_page_by(p, order, Holder::Vmalloc).is_err() {
-                let _ = za.free_pages_by(za.current_cpu(), p, order, Holder::Vmalloc);
+                let _ = za.free_pages_by(Via::Here(za.current_cpu()), p, order, Holder::Vmalloc);
                 return false;
             }
             pages.extend((0..order.nr_pages()).map(|i| p.add(i)));
@@ -925,14 +925,8 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
                 let got = if inject() {
                     None
                 } else {
-                    za.alloc_pages_node_on(
-                        za.current_cpu(),
-                        0,
-                        large_gfp,
-                        Order(large),
-                        Head::VMALLOC,
-                    )
-                    .ok()
+                    za.alloc_pages_as(large_gfp, Order(large), Head::VMALLOC)
+                        .ok()
                 };
                 match got {
                     Some(p) if take(&mut pages, p, Order(large)) => {}
@@ -966,8 +960,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
             let got = if inject() {
                 None
             } else {
-                za.alloc_pages_node_on(za.current_cpu(), 0, gfp, page_order, Head::VMALLOC)
-                    .ok()
+                za.alloc_pages_as(gfp, page_order, Head::VMALLOC).ok()
             };
             match got {
                 Some(p) if take(&mut pages, p, page_order) => {}
@@ -1002,8 +995,12 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
         let mut first = Ok(());
         for &p in pages {
             // As `free_pages` does, page by page: the CPU read each time.
-            let cpu = self.za.current_cpu();
-            if let Err(e) = self.za.free_pages_by(cpu, p, Order(0), Holder::Vmalloc) {
+            if let Err(e) = self.za.free_pages_by(
+                Via::Here(self.za.current_cpu()),
+                p,
+                Order(0),
+                Holder::Vmalloc,
+            ) {
                 if first.is_ok() {
                     first = Err(e);
                 }
