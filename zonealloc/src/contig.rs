@@ -492,7 +492,8 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `alloc_contig_range()`: allocates exactly the frames `[start, end)`, of any
     /// length, as independent order-0 pages with one reference each (free them with
     /// `free_contig_range`). The pageblocks covering the range are isolated while it
-    /// works and this zone's per-CPU lists are drained into them.
+    /// works and this zone's per-CPU lists are drained into them, and every
+    /// `LocalCache` too where one holds a frame of the range.
     ///
     /// # Errors
     /// `InvalidRange`, `CrossesZone`; `Isolated` if another caller is isolating a
@@ -524,9 +525,15 @@ impl<B: Backend> ZoneAllocator<B> {
             return Err(ContigError::CrossesZone(Pfn(z.end_pfn())));
         }
         // Cheap lock-free pre-check: a frame that is allocated, a hole or bad now
-        // fails the call before anything is isolated or drained.
-        if let Some(b) = (start.0..end.0).map(Pfn).find(|&p| !self.maybe_free(z, p)) {
-            return Err(ContigError::Busy(b));
+        // fails the call before anything is isolated or drained. Frames a
+        // `LocalCache` holds are free, and are drained below.
+        let mut cached = false;
+        for p in (start.0..end.0).map(Pfn) {
+            match self.maybe_free(z, p) {
+                Seen::Busy => return Err(ContigError::Busy(p)),
+                Seen::Cached => cached = true,
+                Seen::Free => {}
+            }
         }
         let pb_nr = z.pageblock_order.nr_pages();
         let first_block = start.0 & !(pb_nr - 1);
@@ -544,7 +551,12 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         // 2. Per-CPU lists may hold frames of the range: flush them into the
-        //    isolated blocks (pcp lock before zone lock).
+        //    isolated blocks (pcp lock before zone lock). So do the caches, where
+        //    the pre-check saw one holding a frame of it (each cache's lock is
+        //    taken in turn, an idle owner's too, as `drain_all_pages` does).
+        if cached {
+            self.drain_caches();
+        }
         for cpu in 0..z.pcp.len() {
             z.pcp_lock(cpu).drain(self.config.pcp.prefetch_buddy);
         }
@@ -687,22 +699,33 @@ impl Claim {
 }
 
 impl<B: Backend> ZoneAllocator<B> {
-    /// Whether frame `pfn` may be free: not the head of an allocated block, not a
-    /// hole, not bad, not held by a `LocalCache` (which no drain reaches), and not
-    /// inside an allocated block (a lock-free look, which a racing allocation can
-    /// make stale).
-    fn maybe_free(&self, z: &Zone, pfn: Pfn) -> bool {
-        let busy = |w: Word| matches!(w.tag(), Tag::Alloc | Tag::Hole | Tag::Bad | Tag::Cached);
+    /// What a lock-free look sees of frame `pfn` (which a racing allocation can
+    /// make stale): busy if it is, or lies in, an allocated block, a hole or a
+    /// bad frame; cached if a `LocalCache` holds its block; free otherwise.
+    fn maybe_free(&self, z: &Zone, pfn: Pfn) -> Seen {
+        let seen = |w: Word| match w.tag() {
+            Tag::Alloc | Tag::Hole | Tag::Bad => Seen::Busy,
+            Tag::Cached => Seen::Cached,
+            _ => Seen::Free,
+        };
         let w = z.frames.word(z.idx(pfn));
         match w.tag() {
-            // Judged by the head of its block: one a `LocalCache` holds or a
-            // retired one is as busy as an allocated one. A head whose order does
-            // not reach the frame (a merge or split under way) may be free; the
-            // locked steps decide.
-            Tag::Tail => z.head_of_tail(pfn).is_none_or(|(_, h)| !busy(h)),
-            _ => !busy(w),
+            // Judged by the head of its block. A head whose order does not reach
+            // the frame (a merge or split under way) may be free; the locked steps
+            // decide.
+            Tag::Tail => z.head_of_tail(pfn).map_or(Seen::Free, |(_, h)| seen(h)),
+            _ => seen(w),
         }
     }
+}
+
+/// `maybe_free`'s answer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Seen {
+    Free,
+    /// Free, in a `LocalCache`: a drain brings it back.
+    Cached,
+    Busy,
 }
 
 #[cfg(test)]

@@ -17,7 +17,8 @@
 //! read-modify-write and one release store a call); the allocator knows every
 //! cache (they are registered with it) and takes the same lock to empty one:
 //! `drain_all_pages`, and so the allocation slow path before it answers
-//! `NoMemory`, empties every cache, idle owners' included, and `pcp_decay`
+//! `NoMemory`, empties every cache, idle owners' included (so does
+//! `alloc_contig_range` over a cached block), and `pcp_decay`
 //! empties the caches whose owners made no call since the decay before. What
 //! caches hold shows in `nr_cached_pages()` and vmstat's `nr_local_cache_pages`.
 //!

@@ -550,35 +550,39 @@ fn one_cpu() -> ZoneAllocator {
 }
 
 #[test]
-fn alloc_contig_range_over_a_local_cache_block_changes_nothing() {
+fn alloc_contig_range_over_a_local_cache_block_and_a_busy_page_changes_nothing() {
+    // A cached block is no obstacle (the call drains the caches), but a range that
+    // also holds an allocated page is refused before anything is drained.
     let za = one_cpu();
-    let (cache, held, pcp) = a_cached_block_beside_a_list(&za, Order(0));
-    let before = za.state_digest();
-    let r = za.alloc_contig_range(Pfn(held.0.saturating_sub(10)), held.add(10));
+    let (cache, held, _) = a_cached_block_beside_a_list(&za, Order(0));
+    let busy = za.alloc_pages_on(0, Gfp::KERNEL, Order(0)).unwrap();
+    let (start, end) = (held.min(busy), Pfn(held.0.max(busy.0) + 1));
+    let (before, pcp) = (za.state_digest(), za.nr_pcp_pages());
+    let r = za.alloc_contig_range(start, end);
     assert!(matches!(r, Err(ContigError::Busy(_))), "{r:?}");
     assert_eq!(
         (za.state_digest(), za.nr_pcp_pages()),
         (before, pcp),
-        "a range over a cached block was refused only after draining the lists"
+        "a range with an allocated page was refused only after draining"
     );
+    assert!(
+        za.nr_cached_pages() > 0,
+        "the cache was drained for a refused range"
+    );
+    za.free_pages_on(0, busy, Order(0)).unwrap();
     drop(cache);
     settled(&za);
 }
 
 #[test]
-fn alloc_contig_range_from_a_tail_of_a_local_cache_block_changes_nothing() {
-    // As above, with the range starting inside a cached block of order 1: its
-    // first frame is a tail, whose block the pre-check must find busy too.
+fn alloc_contig_range_from_a_tail_of_a_local_cache_block_takes_it() {
+    // The range starts inside a cached block of order 1: its first frame is a
+    // tail, whose block the pre-check finds cached, so the caches are drained.
     let za = one_cpu();
-    let (cache, held, pcp) = a_cached_block_beside_a_list(&za, Order(1));
-    let before = za.state_digest();
-    let r = za.alloc_contig_range(held.add(1), held.add(2));
-    assert_eq!(r, Err(ContigError::Busy(held.add(1))));
-    assert_eq!(
-        (za.state_digest(), za.nr_pcp_pages()),
-        (before, pcp),
-        "a range from a cached block's tail was refused only after draining the lists"
-    );
+    let (cache, held, _) = a_cached_block_beside_a_list(&za, Order(1));
+    za.alloc_contig_range(held.add(1), held.add(2)).unwrap();
+    assert_eq!(za.nr_cached_pages(), 0);
+    za.free_contig_range(held.add(1), 1).unwrap();
     drop(cache);
     settled(&za);
 }
