@@ -88,6 +88,8 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     pub(crate) debug: DebugState,
     /// Compaction: per-zone scanner state, the migrator, tunables, counters.
     pub(crate) compact: crate::compact_state::CompactState,
+    /// Free page reporting: the reporter and its counters (see `reporting`).
+    pub(crate) reporting: crate::reporting::ReportingState,
 }
 
 impl ZoneAllocator<AbstractFrames> {
@@ -245,6 +247,7 @@ impl<B: Backend> ZoneAllocator<B> {
             backend,
             debug: DebugState::new(debug),
             compact,
+            reporting: crate::reporting::ReportingState::new(),
         };
         za.setup_watermarks(za.config.min_free_kbytes)?;
         za.debug.init_free_memory(&za.backend, &za.zones);

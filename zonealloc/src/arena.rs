@@ -56,6 +56,24 @@ pub struct ArenaOptions {
     /// `VmallocSpace::new_mapped`). Linux only. See the [module
     /// documentation](crate::arena) for the transparent-huge-page caveat of shmem.
     pub memfd: bool,
+    /// How free page reporting with `Reporter::Backend` gives pages back (see
+    /// [`Discard`]). A memfd arena always punches the pages out of its file
+    /// (`MADV_REMOVE`): the other two leave a shared file's pages in place.
+    pub discard: Discard,
+}
+
+/// The `madvise` advice an arena gives back reported free pages with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Discard {
+    /// `MADV_DONTNEED`: the pages leave the resident set at once, and read as
+    /// zeroes when next touched (a fault and a zeroed page each).
+    #[default]
+    DontNeed,
+    /// `MADV_FREE`: the kernel takes the pages only under memory pressure, so they
+    /// stay in the resident set (counted as `LazyFree` in `smaps`) until then; a
+    /// page written before that is kept, at no fault. Contents read as zeroes or
+    /// as they were.
+    Free,
 }
 
 /// One run of consecutive frames that zones cover, mapped in one piece.
@@ -87,6 +105,8 @@ pub struct Arena {
     page_shift: u8,
     /// The file behind the frames, in memfd mode.
     memfd: Option<OwnedFd>,
+    /// The advice reported pages are discarded with.
+    discard: libc::c_int,
 }
 
 // SAFETY: the arena is a plain region of memory; which thread may touch which frame
@@ -146,11 +166,20 @@ impl Arena {
         } else {
             None
         };
+        let discard = if memfd.is_some() {
+            libc::MADV_REMOVE
+        } else {
+            match opts.discard {
+                Discard::DontNeed => libc::MADV_DONTNEED,
+                Discard::Free => libc::MADV_FREE,
+            }
+        };
         let mut arena = Arena {
             segs: alloc::boxed::Box::new([]),
             len,
             page_shift: shift,
             memfd,
+            discard,
         };
         let mut segs = alloc::vec::Vec::with_capacity(runs.len());
         let mut file_off = 0u64;
@@ -385,6 +414,21 @@ unsafe impl Backend for Arena {
 
     fn pfn_of_addr(&self, addr: *const u8) -> Option<Pfn> {
         Arena::pfn_of_addr(self, addr)
+    }
+
+    fn can_discard(&self) -> bool {
+        true
+    }
+
+    fn discard_pages(&self, pfn: Pfn, nr: u64) -> bool {
+        let Some((p, len)) = self.frames_bytes(pfn, nr) else {
+            return false;
+        };
+        // SAFETY: advice on a range inside the arena's own mapping
+        // (`frames_bytes`); the frames are free and reserved for the call (see
+        // `Backend::discard_pages`), so no reference into them is live, and the
+        // advice only drops contents, which the contract allows.
+        unsafe { libc::madvise(p.cast(), len, self.discard) == 0 }
     }
 }
 

@@ -61,6 +61,20 @@ pub unsafe trait Backend: Send + Sync {
     fn copy_pages(&self, _from: Pfn, _to: Pfn, _nr: u64) -> bool {
         false
     }
+
+    /// Whether `discard_pages` can give memory back (free page reporting's
+    /// `Reporter::Backend` needs it).
+    fn can_discard(&self) -> bool {
+        false
+    }
+
+    /// Gives the memory of the `nr` free frames from `pfn` back to whatever stands
+    /// behind them (free page reporting); their contents read as zeroes when they
+    /// are next used. The frames are free and reserved for the call: no one reads
+    /// or writes them meanwhile. `false` if nothing was given back.
+    fn discard_pages(&self, _pfn: Pfn, _nr: u64) -> bool {
+        false
+    }
 }
 
 /// Frames with nothing behind them: the allocator only hands out numbers.

@@ -232,6 +232,33 @@ impl ZoneLocked<'_> {
     #[inline(always)]
     pub(crate) fn del_from_free_list(&mut self, pfn: Pfn, order: Order, mt: Migratetype) {
         self.del_free_in(self.zone.frames.view(), pfn, order, mt);
+        // Every way out of the free lists but a merge passes here: a block taken
+        // off is no longer reported (`__ClearPageReported()`).
+        if order.0 >= self.area.report.order {
+            self.unreport(pfn, order);
+        }
+    }
+
+    /// Marks the units of block `(pfn, order)` unreported (see `ReportArea`).
+    #[inline(never)]
+    fn unreport(&mut self, pfn: Pfn, order: Order) {
+        let z = self.zone;
+        let n = self.area.report.clear(z.start_pfn, pfn, order);
+        if n > 0 {
+            z.counters
+                .nr_reported
+                .add(-((n << self.area.report.order) as i64));
+        }
+    }
+
+    /// `page_reporting_notify_free()`: a free left a block of at least the
+    /// reporting order on the lists.
+    #[inline(never)]
+    fn notify_report(&self) {
+        let p = &self.zone.counters.report_pending;
+        if !p.load(crate::sync::Ordering::Relaxed) {
+            p.store(true, crate::sync::Ordering::Relaxed);
+        }
     }
 
     /// `del_from_free_list` through a view the caller holds (see `Frames`).
@@ -569,6 +596,9 @@ impl ZoneLocked<'_> {
             let p = base + idx as u64;
             let q = ((p & !(1u64 << order)) ^ (2u64 << order)).wrapping_sub(base);
             tail |= t.word_any(q) == Word::buddy(Order(order + 1));
+        }
+        if order >= self.area.report.order {
+            self.notify_report();
         }
         let order = Order(order);
         self.push_free_in(t, Pfn(base + idx as u64), order, mt, tail);

@@ -50,6 +50,12 @@ pub struct InvariantReport {
     pub allocated_pages: u64,
     /// Frames taken out of circulation as bad.
     pub bad_pages: u64,
+    /// Free frames reported (free page reporting) and not handed out since: a
+    /// part of `free_pages`.
+    pub reported_pages: u64,
+    /// Free frames a reporting pass holds off the lists while its reporter runs
+    /// (`Frozen` heads the pass owns); only seen from inside a reporter.
+    pub reporting_pages: u64,
     /// Individual assertions evaluated.
     pub checks: u64,
 }
@@ -165,6 +171,13 @@ impl<B: Backend> ZoneAllocator<B> {
                 h.add(m as u64);
             }
             h.add(zl.area.nr_reserved_highatomic);
+            let rep = &zl.area.report;
+            h.add(rep.order as u64);
+            h.add(rep.units);
+            h.add(rep.in_flight.len() as u64);
+            for &w in &rep.reported {
+                h.add(w);
+            }
             for b in 0..z.blocks.len() {
                 h.add(z.blocks.raw(b) as u64);
             }
@@ -182,6 +195,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 &c.nr_free_highatomic,
                 &c.nr_free_pages_blocks,
                 &c.nr_reserved_highatomic,
+                &c.nr_reported,
             ] {
                 h.add(v.get());
             }
@@ -221,6 +235,7 @@ fn check_zone(
     let mut present = 0u64;
     let mut frames_in_blocks = 0u64;
     let pcp_blocks_before = c.report.pcp_blocks;
+    let mut reported_units = 0u64;
 
     // Frame walk: heads and their tails, in address order.
     let mut i = 0u32;
@@ -288,6 +303,14 @@ fn check_zone(
                 }
                 c.report.free_blocks += 1;
                 c.report.free_pages += nr;
+                let rep = &zl.area.report;
+                if order.0 >= rep.order {
+                    let r = rep.order as u32;
+                    let first = ((pfn.0 >> r) - (z.start_pfn >> r)) as usize;
+                    reported_units += (first..first + (1usize << (order.0 as u32 - r)))
+                        .filter(|&u| rep.is_set(u))
+                        .count() as u64;
+                }
                 // Unmerged buddies.
                 if order < max {
                     let b = pfn.buddy(order);
@@ -321,6 +344,9 @@ fn check_zone(
                 c.report.cached_blocks += 1;
                 c.report.cached_pages += nr;
             }
+            Tag::Frozen if zl.area.report.in_flight.contains(&i) => {
+                c.report.reporting_pages += nr;
+            }
             Tag::Frozen => {
                 return Err(InvariantViolation {
                     pfn: Some(pfn),
@@ -343,6 +369,36 @@ fn check_zone(
         )
     })?;
     let _ = frames_in_blocks;
+
+    // Free page reporting: every reported unit inside a free block of at least
+    // the reporting order, and the counts agree.
+    let rep = &zl.area.report;
+    let set: u64 = rep.reported.iter().map(|w| w.count_ones() as u64).sum();
+    c.ensure(set == reported_units, None, || {
+        format!(
+            "{:?}: {set} units marked reported, {reported_units} of them inside free blocks",
+            z.id
+        )
+    })?;
+    c.ensure(rep.units == set, None, || {
+        format!(
+            "{:?}: reported unit count {} != {set} bits",
+            z.id, rep.units
+        )
+    })?;
+    let pages = if rep.order == crate::zone::ReportArea::OFF {
+        0
+    } else {
+        set << rep.order
+    };
+    c.ensure(z.counters.nr_reported.get() == pages, None, || {
+        format!(
+            "{:?}: nr_reported {} != {pages}",
+            z.id,
+            z.counters.nr_reported.get()
+        )
+    })?;
+    c.report.reported_pages += pages;
 
     // Lists: links, states, types, counts.
     for o in 0..=max.idx() {

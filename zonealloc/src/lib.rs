@@ -131,6 +131,7 @@ mod owned;
 pub mod page_frag;
 mod pageblock;
 mod pcp;
+pub mod reporting;
 #[cfg(all(
     feature = "std",
     target_os = "linux",
@@ -157,7 +158,7 @@ mod zone;
 
 pub use allocator::ZoneAllocator;
 #[cfg(feature = "std")]
-pub use arena::{Arena, ArenaOptions};
+pub use arena::{Arena, ArenaOptions, Discard};
 pub use backend::{AbstractFrames, Backend};
 pub use check::{InvariantReport, InvariantViolation};
 pub use compaction::{
@@ -179,6 +180,12 @@ pub use migrator::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, Fragment, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
 pub use pcp::PAGE_ALLOC_COSTLY_ORDER;
+#[cfg(all(feature = "std", not(loom)))]
+pub use reporting::PageReportingWorker;
+pub use reporting::{
+    PageReporter, ReportRefused, ReportSummary, Reporter, ReportingConfig, ReportingError,
+    ReportingStats, PAGE_REPORTING_CAPACITY, PAGE_REPORTING_CAPACITY_MAX,
+};
 pub use stats::{
     fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,
     PagesetInfo, PcpCpuStats, PcpStatsZone, VmStat, ZoneEventCounts, ZoneFreeCounts, ZoneInfo,

@@ -11,10 +11,10 @@
 //!   the writer. Used so statistics read without the zone lock see no torn snapshot.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+pub(crate) use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Tells the processor (or loom's scheduler) that this thread is spinning.
 #[inline]
@@ -139,12 +139,8 @@ impl SeqCount {
 
 #[cfg(not(loom))]
 use core::cell::UnsafeCell;
-#[cfg(not(loom))]
-use core::sync::atomic::AtomicBool;
 #[cfg(loom)]
 use loom::cell::UnsafeCell;
-#[cfg(loom)]
-use loom::sync::atomic::AtomicBool;
 
 /// A lock built for per-CPU data: `try_lock` is one compare-and-swap and `unlock` one
 /// release store, so the uncontended fast path costs a single locked instruction.

@@ -47,6 +47,104 @@ pub(crate) struct FreeArea {
     pub nonempty: [u32; MIGRATE_TYPES],
     /// Pages in pageblocks currently reserved as HighAtomic (`nr_reserved_highatomic`).
     pub nr_reserved_highatomic: u64,
+    /// Free page reporting (see `reporting`): which free memory has been reported.
+    pub report: ReportArea,
+}
+
+/// A zone's free page reporting state, under the zone lock (see `reporting`).
+///
+/// Reporting works on *units*: the naturally aligned blocks of the reporting
+/// order `order`. Bit `u` of `reported` says that unit `u` (counted from the
+/// zone's first aligned unit) was reported and has not been handed out since.
+/// Invariant: a set bit's unit lies wholly inside one free buddy block of order
+/// at least `order`; `units` counts the set bits.
+pub(crate) struct ReportArea {
+    /// The reporting order; `u8::MAX` while no reporter is registered.
+    pub order: u8,
+    pub reported: alloc::vec::Vec<u64>,
+    pub units: u64,
+    /// Heads (table indices) of the blocks a report has taken off the lists and
+    /// not yet put back: they are `Frozen`, free and the reporter's.
+    pub in_flight: alloc::vec::Vec<u32>,
+}
+
+impl ReportArea {
+    /// No reporter registered.
+    pub(crate) const OFF: u8 = u8::MAX;
+
+    /// The bits of the units block `(pfn, order)` covers, in a zone starting at
+    /// `start`: `(first, count)`. The caller checked `order >= self.order`.
+    #[inline]
+    fn units_of(&self, start: u64, pfn: Pfn, order: Order) -> (usize, usize) {
+        let r = self.order as u32;
+        let first = (pfn.0 >> r) - (start >> r);
+        (first as usize, 1usize << (order.0 as u32 - r))
+    }
+
+    /// Starts reporting at `order` over `spanned` frames from `start`: every
+    /// unit unreported.
+    pub(crate) fn start(&mut self, order: Order, start: u64, spanned: u64) {
+        let r = order.0 as u32;
+        let units = if spanned == 0 {
+            0
+        } else {
+            ((start + spanned - 1) >> r) - (start >> r) + 1
+        };
+        self.order = order.0;
+        self.reported = alloc::vec![0; units.div_ceil(64) as usize];
+        self.units = 0;
+    }
+
+    /// Stops reporting: no unit counts as reported any more.
+    pub(crate) fn stop(&mut self) {
+        self.order = Self::OFF;
+        self.reported = alloc::vec::Vec::new();
+        self.units = 0;
+    }
+
+    /// Marks the units of block `(pfn, order)` unreported; returns how many were
+    /// reported.
+    pub(crate) fn clear(&mut self, start: u64, pfn: Pfn, order: Order) -> u64 {
+        let (first, n) = self.units_of(start, pfn, order);
+        let mut cleared = 0;
+        for u in first..first + n {
+            let (w, b) = (u / 64, 1u64 << (u % 64));
+            if self.reported[w] & b != 0 {
+                self.reported[w] &= !b;
+                cleared += 1;
+            }
+        }
+        self.units -= cleared;
+        cleared
+    }
+
+    /// Marks the units of block `(pfn, order)` reported; returns how many were not.
+    pub(crate) fn set(&mut self, start: u64, pfn: Pfn, order: Order) -> u64 {
+        let (first, n) = self.units_of(start, pfn, order);
+        let mut set = 0;
+        for u in first..first + n {
+            let (w, b) = (u / 64, 1u64 << (u % 64));
+            if self.reported[w] & b == 0 {
+                self.reported[w] |= b;
+                set += 1;
+            }
+        }
+        self.units += set;
+        set
+    }
+
+    /// Whether every unit of block `(pfn, order)` is reported.
+    pub(crate) fn all_set(&self, start: u64, pfn: Pfn, order: Order) -> bool {
+        let (first, n) = self.units_of(start, pfn, order);
+        (first..first + n).all(|u| self.reported[u / 64] & (1u64 << (u % 64)) != 0)
+    }
+
+    /// Whether unit `u` is reported.
+    pub(crate) fn is_set(&self, u: usize) -> bool {
+        self.reported
+            .get(u / 64)
+            .is_some_and(|w| w & (1u64 << (u % 64)) != 0)
+    }
 }
 
 /// Counters readable without the zone lock.
@@ -63,6 +161,12 @@ pub(crate) struct ZoneCounters {
     pub nr_blocks: [Counter; MIGRATE_TYPES],
     /// Mirror of `FreeArea::nr_reserved_highatomic` for lock-free readers.
     pub nr_reserved_highatomic: Counter,
+    /// Free pages reported and not handed out since (`ReportArea::units` in pages).
+    pub nr_reported: Counter,
+    /// Set when a free leaves a block of at least the reporting order on the lists
+    /// (`page_reporting_notify_free()`); cleared by the reporting pass. Written
+    /// only under the zone lock.
+    pub report_pending: crate::sync::AtomicBool,
 }
 
 /// Event counters (vmstat events), bumped by any thread (`Counter::inc`).
@@ -207,6 +311,12 @@ impl Zone {
                 lists,
                 nonempty: [0; MIGRATE_TYPES],
                 nr_reserved_highatomic: 0,
+                report: ReportArea {
+                    order: ReportArea::OFF,
+                    reported: alloc::vec::Vec::new(),
+                    units: 0,
+                    in_flight: alloc::vec::Vec::new(),
+                },
             }),
             seq: SeqCount::new(),
             counters: ZoneCounters {
@@ -216,6 +326,8 @@ impl Zone {
                 nr_free_pages_blocks: Counter::new(),
                 nr_blocks: counters(),
                 nr_reserved_highatomic: Counter::new(),
+                nr_reported: Counter::new(),
+                report_pending: crate::sync::AtomicBool::new(false),
             },
             events: ZoneEvents {
                 pgalloc: Counter::new(),
