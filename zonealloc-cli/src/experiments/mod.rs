@@ -27,6 +27,7 @@ pub mod pcp;
 pub mod peer_allocators;
 pub mod peers;
 pub mod replay;
+pub mod reporting;
 pub mod seed_util;
 pub mod vmalloc;
 
@@ -38,6 +39,7 @@ pub static REGISTRY: &[&dyn Experiment] = &[
     &page_fault1::PageFault1,
     &page_frag::PageFrag,
     &pagetypeinfo::Pagetypeinfo,
+    &reporting::Reporting,
     &peers::Peers,
     &replay::Replay,
 ];
