@@ -18,8 +18,10 @@
 //! the min watermark and the reserves the request is entitled to (`__GFP_HIGH`,
 //! non-blocking, `MEMALLOC`); then the highatomic reserves are released and a last
 //! pass runs. Orders above `PAGE_ALLOC_COSTLY_ORDER` whose GFP may block compact
-//! first, through the registered migrator (see `compaction`). There is no reclaim:
-//! when the last pass fails the request fails with `AllocError::NoMemory`.
+//! first, through the registered migrator (see `compaction`); a request that may
+//! reclaim then asks the registered shrinkers for memory (direct reclaim, see
+//! `shrinker`), and wakes kswapd (`reclaim`) on its way into the slow path. When
+//! the last pass fails the request fails with `AllocError::NoMemory`.
 //!
 //! # Freeing and references
 //!
@@ -50,7 +52,7 @@ use crate::pcp::{
 use crate::sync::{backoff, Ordering};
 use crate::types::Wmark;
 use crate::types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_NR_ZONES};
-use crate::zone::{Zone, ZONE_BELOW_HIGH};
+use crate::zone::{Zone, ZONE_BELOW_HIGH, ZONE_BOOSTED_WATERMARK};
 
 /// A request's preferred zone (index into `zones`) and its nofragment choice.
 type Preferred = (usize, bool);
@@ -90,6 +92,9 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     pub(crate) compact: crate::compact_state::CompactState,
     /// Free page reporting: the reporter and its counters (see `reporting`).
     pub(crate) reporting: crate::reporting::ReportingState,
+    /// Reclaim: the shrinkers, kswapd's wake-ups, the counters (see `shrinker`,
+    /// `reclaim`).
+    pub(crate) reclaim: crate::shrinker::ReclaimState,
 }
 
 impl ZoneAllocator<AbstractFrames> {
@@ -166,6 +171,9 @@ impl<B: Backend> ZoneAllocator<B> {
                 )?);
             }
             node_zones.push(nz);
+        }
+        for z in zones.iter_mut() {
+            z.boost_factor = config.watermark_boost_factor;
         }
         for z in &zones {
             z.lock().release_initial_frames();
@@ -248,6 +256,7 @@ impl<B: Backend> ZoneAllocator<B> {
             debug: DebugState::new(debug),
             compact,
             reporting: crate::reporting::ReportingState::new(),
+            reclaim: crate::shrinker::ReclaimState::new(nr_nodes),
         };
         za.setup_watermarks(za.config.min_free_kbytes)?;
         za.debug.init_free_memory(&za.backend, &za.zones);
@@ -592,7 +601,11 @@ impl<B: Backend> ZoneAllocator<B> {
         if let Some(p) = self.get_page_from_freelist(&req, fast) {
             return Ok(p);
         }
-        // Slow path: min watermark and whatever reserves the request may use.
+        // Slow path: wake kswapd, then the min watermark and whatever reserves the
+        // request may use.
+        if gfp.contains(Gfp::KSWAPD_RECLAIM) {
+            self.wake_kswapd(&req);
+        }
         let slow = AllocFlags::slow(gfp, order.0);
         if let Some(p) = self.get_page_from_freelist(&req, slow) {
             return Ok(p);
@@ -609,11 +622,17 @@ impl<B: Backend> ZoneAllocator<B> {
                 return Ok(p);
             }
         }
+        // Direct reclaim: the shrinkers give back what they cache, a pass at a
+        // time, while passes make progress (Linux's `should_reclaim_retry()`
+        // gives up after 16 without any).
+        if let Some(p) = self.reclaim_directly(&req, slow) {
+            return Ok(p);
+        }
         if gfp.contains(Gfp::NORETRY) {
             return Err(AllocError::NoMemory { order });
         }
-        // Without reclaim, what is left is memory parked on per-CPU lists and in
-        // highatomic reserves (Linux's drain after failed direct reclaim).
+        // What is left is memory parked on per-CPU lists and in highatomic
+        // reserves (Linux's drain after failed direct reclaim).
         for force in [false, true] {
             let unreserved = self.unreserve_highatomic(&req, force);
             let drained = !force && self.drain_all_pages() > 0;
@@ -624,6 +643,72 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         Err(AllocError::NoMemory { order })
+    }
+
+    /// `wake_all_kswapds()`: marks the request's node for kswapd when one of its
+    /// eligible zones is below its high watermark (boost included).
+    #[cold]
+    fn wake_kswapd(&self, req: &Request) {
+        let short = self.zonelist(req.nid).any(|z| {
+            z.zone_type() <= req.highest
+                && z.id.node == req.nid
+                && z.nr_free_pages() <= z.wmark(Wmark::High)
+        });
+        if short {
+            self.reclaim.wake(req.nid);
+        }
+    }
+
+    /// `__alloc_pages_direct_reclaim()`, retried: asks the shrinkers for memory
+    /// (`shrink_slab`) from `DEF_PRIORITY` down, trying the allocation after each
+    /// priority that freed something, and again, while passes free anything, at
+    /// most `MAX_RECLAIM_RETRIES` times in a row. Linux stops a pass once the
+    /// shrinkers say they freed `SWAP_CLUSTER_MAX` pages; judging by the
+    /// allocation instead keeps a shrinker that claims what it did not free from
+    /// ending the pass before the others are asked. Only for a request that may
+    /// reclaim directly, not from inside a reclaim pass (a shrinker's own
+    /// allocations), and only when shrinkers are registered.
+    #[cold]
+    fn reclaim_directly(&self, req: &Request, flags: AllocFlags) -> Option<Pfn> {
+        const MAX_RECLAIM_RETRIES: u32 = 16;
+        let r = &self.reclaim;
+        if !req.gfp.contains(Gfp::DIRECT_RECLAIM)
+            || !crate::hook::InReclaim::may_reclaim(&r.running)
+            || r.shrinkers.is_empty()
+        {
+            return None;
+        }
+        let zone_type = self.zones[req.first].zone_type();
+        r.allocstall[zone_type.idx()].inc(1);
+        for _ in 0..MAX_RECLAIM_RETRIES {
+            let mut freed = 0;
+            for priority in (0..=crate::shrinker::DEF_PRIORITY).rev() {
+                let s = {
+                    let _g = crate::hook::InReclaim::enter(&r.running);
+                    r.shrinkers.shrink(req.gfp, req.nid, priority)
+                };
+                r.pgscan_direct.inc(s.scanned);
+                r.pgsteal_direct.inc(s.freed);
+                freed += s.freed;
+                if s.freed == 0 {
+                    continue;
+                }
+                if let Some(p) = self.get_page_from_freelist(req, flags) {
+                    return Some(p);
+                }
+                // What was freed may sit on per-CPU lists and stacks (Linux
+                // drains after a failed attempt that reclaimed something).
+                if self.drain_all_pages() > 0 {
+                    if let Some(p) = self.get_page_from_freelist(req, flags) {
+                        return Some(p);
+                    }
+                }
+            }
+            if freed == 0 {
+                return None;
+            }
+        }
+        None
     }
 
     /// `get_page_from_freelist()`: one pass over the zonelist.
@@ -686,9 +771,26 @@ impl<B: Backend> ZoneAllocator<B> {
             let pfn = self
                 .rmqueue_pcplist(z, req, flags, true)
                 .or_else(|| self.rmqueue_buddy(z, req, flags))?;
+            // A fallback boosted the watermarks: wake kswapd to reclaim and
+            // compact (`ZONE_BOOSTED_WATERMARK`).
+            if z.flags.load(Ordering::Relaxed) & ZONE_BOOSTED_WATERMARK != 0 {
+                self.boosted(z, req.gfp);
+            }
             if let Some(p) = self.prep_checked(z, req, pfn) {
                 return Some(p);
             }
+        }
+    }
+
+    /// Clears the zone's boost flag and wakes kswapd for its node, if the
+    /// request may.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn boosted(&self, z: &Zone, gfp: Gfp) {
+        z.flags
+            .fetch_and(!ZONE_BOOSTED_WATERMARK, Ordering::Relaxed);
+        if gfp.contains(Gfp::KSWAPD_RECLAIM) {
+            self.reclaim.wake(z.id.node);
         }
     }
 

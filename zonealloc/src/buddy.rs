@@ -933,6 +933,14 @@ impl ZoneLocked<'_> {
             z.events.claims.inc(1);
             return Some(pfn);
         }
+        // Boost the watermarks so that reclaim makes room before the next
+        // fallback (`boost_watermark()`), and have kswapd woken.
+        if self.boost_watermark() {
+            z.flags.fetch_or(
+                crate::zone::ZONE_BOOSTED_WATERMARK,
+                crate::sync::Ordering::Relaxed,
+            );
+        }
         let (bstart, free, movable) = self.pageblock_census(pfn)?;
         let pb_nr = pb.nr_pages();
         let alike = if start == Migratetype::Movable {
@@ -948,6 +956,33 @@ impl ZoneLocked<'_> {
             return self.rmqueue_smallest(order, start);
         }
         None
+    }
+
+    /// `boost_watermark()`: raises the zone's watermark boost by a pageblock, up
+    /// to `watermark_boost_factor` of the high watermark (at least a pageblock);
+    /// `false` where boosting is off or the zone too small for it.
+    fn boost_watermark(&self) -> bool {
+        let z = self.zone;
+        if z.boost_factor == 0 {
+            return false;
+        }
+        let pb_nr = z.pageblock_order.nr_pages();
+        // Linux leaves zones of fewer than four pageblocks alone, and zones
+        // whose high watermark is not set yet.
+        if pb_nr * 4 > z.managed {
+            return false;
+        }
+        let high =
+            z.watermark[crate::types::Wmark::High as usize].load(crate::sync::Ordering::Relaxed);
+        let max = high.saturating_mul(z.boost_factor) / 10_000;
+        if max == 0 {
+            return false;
+        }
+        let max = max.max(pb_nr);
+        let b = z.watermark_boost.load(crate::sync::Ordering::Relaxed);
+        z.watermark_boost
+            .store((b + pb_nr).min(max), crate::sync::Ordering::Relaxed);
+        true
     }
 
     /// `__rmqueue_steal()`: borrow the smallest suitable block of another type; its

@@ -331,7 +331,7 @@ impl<B: Backend> ZoneAllocator<B> {
         *self.compact.migrator.lock() = m;
     }
 
-    fn migrator(&self) -> Option<Arc<dyn Migrate>> {
+    pub(crate) fn migrator(&self) -> Option<Arc<dyn Migrate>> {
         self.compact.migrator.lock().clone()
     }
 

@@ -76,6 +76,13 @@ pub struct Config {
     pub min_free_kbytes: Option<u64>,
     /// `watermark_scale_factor` in units of 0.01 % (Linux default 10).
     pub watermark_scale_factor: u64,
+    /// `watermark_boost_factor` in units of 0.01 % of the high watermark: how far
+    /// fallbacks that steal from other pageblocks may raise the watermarks until
+    /// kswapd (`reclaim::KswapdWorker`, or a kernel's own call to `balance_node`)
+    /// has reclaimed, compacted and reset the boost. 0 (the default) turns
+    /// boosting off: Linux's default is 15000, but a boost nothing resets would
+    /// raise the watermarks for good, so it is for programs that run kswapd.
+    pub watermark_boost_factor: u64,
     /// `lowmem_reserve_ratio` per zone type; 0 disables the reserve for that zone.
     pub lowmem_reserve_ratio: [u64; MAX_NR_ZONES],
     /// Group allocations by mobility (migratetypes). Even when `true`, Linux's rule
@@ -111,6 +118,7 @@ impl Default for Config {
             nodes: Vec::new(),
             min_free_kbytes: None,
             watermark_scale_factor: 10,
+            watermark_boost_factor: 0,
             lowmem_reserve_ratio: [
                 ZoneType::Dma.default_lowmem_reserve_ratio(),
                 ZoneType::Dma32.default_lowmem_reserve_ratio(),

@@ -407,6 +407,9 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         drop(pcp);
         z.events.pgalloc.inc(order.nr_pages());
+        if z.flags.load(Ordering::Relaxed) & crate::zone::ZONE_BOOSTED_WATERMARK != 0 {
+            self.boosted(z, gfp);
+        }
         Some(mine)
     }
 

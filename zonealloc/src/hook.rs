@@ -114,6 +114,55 @@ impl Drop for InCallback<'_> {
     }
 }
 
+#[cfg(all(feature = "std", not(loom)))]
+std::thread_local! {
+    /// Reclaim passes (direct reclaim, kswapd's) this thread is inside.
+    static RECLAIMING: core::cell::Cell<u32> = const { core::cell::Cell::new(0) };
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static RECLAIMING: core::cell::Cell<u32> = core::cell::Cell::new(0);
+}
+
+/// Marks the span of a reclaim pass (the shrinkers it calls run inside it):
+/// this thread's (with `std`), counted in `running` as well (any thread's, for
+/// `no_std`). Linux's `PF_MEMALLOC`.
+pub(crate) struct InReclaim<'a> {
+    running: &'a AtomicU32,
+}
+
+impl<'a> InReclaim<'a> {
+    pub(crate) fn enter(running: &'a AtomicU32) -> InReclaim<'a> {
+        #[cfg(feature = "std")]
+        RECLAIMING.with(|c| c.set(c.get() + 1));
+        running.fetch_add(1, Ordering::Relaxed);
+        InReclaim { running }
+    }
+
+    /// Whether an allocation made now may reclaim: not from inside a reclaim
+    /// pass on this thread (with `std`), not while any runs (without `std`).
+    pub(crate) fn may_reclaim(running: &AtomicU32) -> bool {
+        #[cfg(feature = "std")]
+        {
+            let _ = running;
+            RECLAIMING.with(|c| c.get() == 0)
+        }
+        #[cfg(not(feature = "std"))]
+        {
+            running.load(Ordering::Relaxed) == 0
+        }
+    }
+}
+
+impl Drop for InReclaim<'_> {
+    fn drop(&mut self) {
+        #[cfg(feature = "std")]
+        RECLAIMING.with(|c| c.set(c.get() - 1));
+        self.running.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(all(test, feature = "std", not(loom)))]
 mod tests {
     use super::*;

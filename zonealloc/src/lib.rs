@@ -133,6 +133,7 @@ mod owned;
 pub mod page_frag;
 mod pageblock;
 mod pcp;
+pub mod reclaim;
 pub mod reporting;
 #[cfg(all(
     feature = "std",
@@ -151,6 +152,7 @@ mod rseq;
 )))]
 #[path = "rseq_off.rs"]
 mod rseq;
+mod shrinker;
 mod stats;
 mod sync;
 mod types;
@@ -182,6 +184,11 @@ pub use migrator::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, Fragment, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
 pub use pcp::PAGE_ALLOC_COSTLY_ORDER;
+#[cfg(all(feature = "std", not(loom)))]
+pub use reclaim::KswapdWorker;
+pub use reclaim::{
+    BalanceReport, ReclaimError, ShrinkControl, Shrinker, ShrinkerConfig, ShrinkerId,
+};
 #[cfg(all(feature = "std", not(loom)))]
 pub use reporting::PageReportingWorker;
 pub use reporting::{

@@ -262,9 +262,11 @@ pub struct ZoneInfoZone {
     pub id: ZoneId,
     /// Free pages (`pages free`).
     pub free: u64,
-    /// Watermark boost (always 0: there is no kswapd to reset a boost).
+    /// Watermark boost (`watermark_boost`; 0 unless `Config::watermark_boost_factor`
+    /// is set, see `reclaim`).
     pub boost: u64,
-    /// `[min, low, high, promo]` watermarks.
+    /// `[min, low, high, promo]` watermarks, the boost included (Linux's
+    /// `wmark_pages()`).
     pub watermarks: [u64; 4],
     /// Spanned frames, holes included.
     pub spanned: u64,
@@ -486,7 +488,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     ZoneInfoZone {
                         id: z.id,
                         free: s.nr_free_pages,
-                        boost: 0,
+                        boost: z.watermark_boost.load(Ordering::Relaxed),
                         watermarks: [
                             z.wmark(Wmark::Min),
                             z.wmark(Wmark::Low),
@@ -605,15 +607,33 @@ impl<B: Backend> ZoneAllocator<B> {
             ("nr_free_pages_blocks".into(), blocks),
             ("nr_free_cma".into(), 0),
         ];
-        for t in ZoneType::ALL {
-            if self.zones.iter().any(|z| z.zone_type() == t) {
-                entries.push((
-                    alloc::format!("pgalloc_{}", t.vmstat_name()),
-                    pgalloc[t.idx()],
-                ));
-            }
+        let present = |t: ZoneType| self.zones.iter().any(|z| z.zone_type() == t);
+        for t in ZoneType::ALL.into_iter().filter(|&t| present(t)) {
+            entries.push((
+                alloc::format!("pgalloc_{}", t.vmstat_name()),
+                pgalloc[t.idx()],
+            ));
+        }
+        let r = &self.reclaim;
+        for t in ZoneType::ALL.into_iter().filter(|&t| present(t)) {
+            entries.push((
+                alloc::format!("allocstall_{}", t.vmstat_name()),
+                r.allocstall[t.idx()].get(),
+            ));
         }
         entries.push(("pgfree".into(), pgfree));
+        for (name, v) in [
+            ("pgsteal_kswapd", &r.pgsteal_kswapd),
+            ("pgsteal_direct", &r.pgsteal_direct),
+            ("pgscan_kswapd", &r.pgscan_kswapd),
+            ("pgscan_direct", &r.pgscan_direct),
+            ("slabs_scanned", &r.shrinkers.scanned),
+            ("kswapd_low_wmark_hit_quickly", &r.low_wmark_hit_quickly),
+            ("kswapd_high_wmark_hit_quickly", &r.high_wmark_hit_quickly),
+            ("pageoutrun", &r.pageoutrun),
+        ] {
+            entries.push((name.into(), v.get()));
+        }
         let c = self.compaction_stats();
         for (name, v) in [
             ("pgmigrate_success", c.pgmigrate_success),
@@ -624,6 +644,7 @@ impl<B: Backend> ZoneAllocator<B> {
             ("compact_stall", c.compact_stall),
             ("compact_fail", c.compact_fail),
             ("compact_success", c.compact_success),
+            ("compact_daemon_wake", r.compact_daemon_wake.get()),
         ] {
             entries.push((name.into(), v));
         }

@@ -32,6 +32,9 @@ use crate::types::{
 
 /// Zone flag: the last allocation found the zone below its high watermark.
 pub(crate) const ZONE_BELOW_HIGH: u8 = 1;
+/// Zone flag: a fallback boosted the watermarks, and kswapd is to be woken
+/// (`ZONE_BOOSTED_WATERMARK`).
+pub(crate) const ZONE_BOOSTED_WATERMARK: u8 = 2;
 
 fn atomic_array<const N: usize>() -> [AtomicU64; N] {
     core::array::from_fn(|_| AtomicU64::new(0))
@@ -205,8 +208,15 @@ pub(crate) struct Zone {
     pub seq: SeqCount,
     pub counters: ZoneCounters,
     pub events: ZoneEvents,
-    /// min, low, high, promo (pages).
+    /// min, low, high, promo (pages), without the boost.
     pub watermark: [AtomicU64; 4],
+    /// `watermark_boost`: pages added to every watermark after fallbacks stole
+    /// pageblocks, until kswapd has balanced the node (`reclaim`). Raised under
+    /// the zone lock; reset by kswapd under it.
+    pub watermark_boost: AtomicU64,
+    /// `watermark_boost_factor` (units of 0.01 % of the high watermark; 0: no
+    /// boosting), from the configuration.
+    pub boost_factor: u64,
     /// Pages this zone keeps back from requests whose highest zone is `j`.
     pub lowmem_reserve: [AtomicU64; MAX_NR_ZONES],
     pub flags: AtomicU8,
@@ -339,6 +349,8 @@ impl Zone {
                 wmark_fail: Counter::new(),
             },
             watermark: atomic_array(),
+            watermark_boost: AtomicU64::new(0),
+            boost_factor: 0,
             lowmem_reserve: atomic_array(),
             flags: AtomicU8::new(0),
             pcp: (0..nr_cpus).map(|_| PcpSlot::new(1, 0, 0)).collect(),
@@ -421,9 +433,11 @@ impl Zone {
         self.id.zone_type
     }
 
+    /// `wmark_pages()`: the watermark plus the boost.
     #[inline]
     pub fn wmark(&self, mark: Wmark) -> u64 {
         self.watermark[mark as usize].load(Ordering::Relaxed)
+            + self.watermark_boost.load(Ordering::Relaxed)
     }
 
     #[inline]

@@ -610,7 +610,7 @@ fn pageset_limits_equal_linux_with_the_real_managed_pages() {
 fn vmstat_lines_are_name_space_value_in_kernel_order() {
     let vm = traced().vmstat().to_string();
     // The kernel's order (vmstat_text[]): zone counters, then events.
-    const KERNEL_ORDER: [&str; 18] = [
+    const KERNEL_ORDER: [&str; 33] = [
         "nr_free_pages",
         "nr_free_pages_blocks",
         "nr_free_cma",
@@ -620,7 +620,21 @@ fn vmstat_lines_are_name_space_value_in_kernel_order() {
         "pgalloc_high",
         "pgalloc_movable",
         "pgalloc_device",
+        "allocstall_dma",
+        "allocstall_dma32",
+        "allocstall_normal",
+        "allocstall_high",
+        "allocstall_movable",
+        "allocstall_device",
         "pgfree",
+        "pgsteal_kswapd",
+        "pgsteal_direct",
+        "pgscan_kswapd",
+        "pgscan_direct",
+        "slabs_scanned",
+        "kswapd_low_wmark_hit_quickly",
+        "kswapd_high_wmark_hit_quickly",
+        "pageoutrun",
         "pgmigrate_success",
         "pgmigrate_fail",
         "compact_migrate_scanned",
@@ -629,6 +643,7 @@ fn vmstat_lines_are_name_space_value_in_kernel_order() {
         "compact_stall",
         "compact_fail",
         "compact_success",
+        "compact_daemon_wake",
     ];
     let mut last = 0;
     for l in lines(&vm) {
