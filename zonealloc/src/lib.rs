@@ -53,14 +53,15 @@
 //! | compaction | `set_migrator` (a `Migrate` owner), `compact_zone`, `compact_node`, `proactive_compact_node`, `fragmentation_score`, `set_extfrag_threshold`, `set_compaction_proactiveness`, `compaction_stats` | [`compaction`], [`migrate`], [`Migrate`] |
 //! | fragments | `PageFragCache::alloc`, `drain`, `ZoneAllocator::page_frag_free` | [`page_frag`] |
 //! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | [`vmalloc`] |
+//! | reclaim | `register_shrinker` (a `Shrinker`), `unregister_shrinker`, `balance_node`, `KswapdWorker`, `kswapd_pending`; `Config::watermark_boost_factor` | [`reclaim`] |
 //! | memory back to the host or the OS | `register_page_reporting` (a `PageReporter`, or `Reporter::Backend`: `madvise` over an arena), `report_free_pages`, `PageReportingWorker`, `page_reporting_stats` | [`reporting`] |
 //! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | [`ZoneAllocator::drain_all_pages`] |
 //! | statistics | `buddyinfo`, `pagetypeinfo`, `zoneinfo`, `vmstat`, `free_counts`, `zone_events`, `pcp_stats`, `extfrag_index`, `unusable_index`, `watermarks`, `zones`, `frame_state`, `managed_pages`, `nr_free_pages` | [`ZoneAllocator::buddyinfo`], [`ZoneInfo`], [`VmStat`] |
 //! | debugging | `check_invariants`, `state_digest`, `pagetypeinfo_walked`, `inject_faults`, `faults_injected`, `bad_page_reports` | [`ZoneAllocator::check_invariants`], [`InvariantReport`] |
 //!
 //! The modules with pages of their own are those a user reads about: [`arena`],
-//! [`local`], [`contig`], [`compaction`], [`migrate`], [`page_frag`], [`reporting`]
-//! and [`vmalloc`];
+//! [`local`], [`contig`], [`compaction`], [`migrate`], [`page_frag`], [`reclaim`],
+//! [`reporting`] and [`vmalloc`];
 //! the others are internal, and their public types are re-exported here.
 //!
 //! # Layers, one module each, following the allocation path
@@ -74,12 +75,12 @@
 //! compaction state, which lives below it in `compact_state`.
 //! `buddy` and `isolate` add zone-lock-held methods to `zone`'s `ZoneLocked` guard,
 //! and `owned`, `local`, `contig`, `migrate`, `compaction`, `page_frag`, `reporting`,
-//! `stats` and `check` add methods to `ZoneAllocator`: each extends the layer below it, never the
+//! `reclaim`, `stats` and `check` add methods to `ZoneAllocator`: each extends the layer below it, never the
 //! other way.
 //!
 //! | module | layer |
 //! |---|---|
-//! | `types`, `sync`, `hook`, `error`, `gfp`, `counter`, `fault`, `config`, `fragindex`, `migrator` | vocabulary, locks and atomics (loom-swappable), calling owners' code (the rule every hook obeys), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables, the fragmentation indices' arithmetic, the `Migrate` trait an owner of movable memory implements |
+//! | `types`, `sync`, `hook`, `error`, `gfp`, `counter`, `fault`, `config`, `fragindex`, `migrator`, `shrinker` | vocabulary, locks and atomics (loom-swappable), calling owners' code (the rule every hook obeys), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables, the fragmentation indices' arithmetic, the `Migrate` trait an owner of movable memory implements, the shrinkers and how much each is asked |
 //! | `frame` | per-frame metadata (16 bytes), the frame state machine, intrusive lists |
 //! | `pageblock` | pageblock migratetypes and isolation bits |
 //! | `backend`, `arena`, `os` | what stands behind the frames; the current CPU |
@@ -88,7 +89,7 @@
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
 //! | `debug`, `compact_state` | poisoning, init-on-alloc/free, bad-page reports; what compaction keeps between runs (scanner positions, skip hints, deferral, the migrator, tunables, counters) |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
-//! | `local`, `owned`, `contig`, `page_frag`, `reporting` | owner-local caches, guards (a cache's blocks too), contiguous and bulk paths, fragments, free page reporting |
+//! | `local`, `owned`, `contig`, `page_frag`, `reporting`, `reclaim` | owner-local caches, guards (a cache's blocks too), contiguous and bulk paths, fragments, free page reporting, kswapd and the shrinkers' public side |
 //! | `migrate`, `compaction` | moving a movable block through its owner; the two scanners, suitability, deferral, direct and proactive compaction |
 //! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
 //! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |

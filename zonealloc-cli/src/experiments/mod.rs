@@ -26,6 +26,7 @@ pub mod pagetypeinfo;
 pub mod pcp;
 pub mod peer_allocators;
 pub mod peers;
+pub mod reclaim;
 pub mod replay;
 pub mod reporting;
 pub mod seed_util;
@@ -40,6 +41,7 @@ pub static REGISTRY: &[&dyn Experiment] = &[
     &page_frag::PageFrag,
     &pagetypeinfo::Pagetypeinfo,
     &reporting::Reporting,
+    &reclaim::Reclaim,
     &peers::Peers,
     &replay::Replay,
 ];
