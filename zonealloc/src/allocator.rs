@@ -472,9 +472,10 @@ impl<B: Backend> ZoneAllocator<B> {
         self.backend.page_address(pfn)
     }
 
-    /// Frames managed by the allocator (present frames of every zone).
+    /// Frames managed by the allocator (present frames of every zone, less those
+    /// taken offline).
     pub fn managed_pages(&self) -> u64 {
-        self.zones.iter().map(|z| z.managed).sum()
+        self.zones.iter().map(|z| z.managed_now()).sum()
     }
 
     /// Free frames on the buddy lists (isolated ones excluded), all zones.

@@ -56,6 +56,8 @@ pub struct InvariantReport {
     /// Free frames a reporting pass holds off the lists while its reporter runs
     /// (`Frozen` heads the pass owns); only seen from inside a reporter.
     pub reporting_pages: u64,
+    /// Frames taken offline (`offline_pages`): holes until onlined.
+    pub offline_pages: u64,
     /// Individual assertions evaluated.
     pub checks: u64,
 }
@@ -178,6 +180,10 @@ impl<B: Backend> ZoneAllocator<B> {
             for &w in &rep.reported {
                 h.add(w);
             }
+            for &w in &zl.area.offline {
+                h.add(w);
+            }
+            h.add(z.counters.nr_offline.get());
             for b in 0..z.blocks.len() {
                 h.add(z.blocks.raw(b) as u64);
             }
@@ -240,10 +246,27 @@ fn check_zone(
     // Frame walk: heads and their tails, in address order.
     let mut i = 0u32;
     let n = t.len() as u32;
+    let offline_block = |pfn: Pfn| {
+        let b = z.blocks.index(pfn);
+        zl.area
+            .offline
+            .get(b / 64)
+            .is_some_and(|w| w & (1u64 << (b % 64)) != 0)
+    };
+    let mut offline = 0u64;
     while i < n {
         let pfn = z.pfn_of(i);
         let w = t.word(i);
         c.report.frames += 1;
+        let off = offline_block(pfn);
+        if off {
+            c.ensure(w.tag() == Tag::Hole, Some(pfn), || {
+                "a frame of an offline pageblock is not a hole".into()
+            })?;
+            offline += 1;
+            i += 1;
+            continue;
+        }
         match w.tag() {
             Tag::Hole => {
                 i += 1;
@@ -362,12 +385,21 @@ fn check_zone(
         None,
         || "a per-CPU list holds a block not in the per-CPU state".into(),
     )?;
-    c.ensure(present == z.present, None, || {
+    c.ensure(offline == z.counters.nr_offline.get(), None, || {
         format!(
-            "{:?}: {present} frames in blocks, {} present",
-            z.id, z.present
+            "{:?}: {offline} frames in offline pageblocks, nr_offline {}",
+            z.id,
+            z.counters.nr_offline.get()
         )
     })?;
+    c.ensure(present == z.present_now(), None, || {
+        format!(
+            "{:?}: {present} frames in blocks, {} present",
+            z.id,
+            z.present_now()
+        )
+    })?;
+    c.report.offline_pages += offline;
     let _ = frames_in_blocks;
 
     // Free page reporting: every reported unit inside a free block of at least

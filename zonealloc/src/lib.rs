@@ -54,6 +54,7 @@
 //! | fragments | `PageFragCache::alloc`, `drain`, `ZoneAllocator::page_frag_free` | [`page_frag`] |
 //! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | [`vmalloc`] |
 //! | reclaim | `register_shrinker` (a `Shrinker`), `unregister_shrinker`, `balance_node`, `KswapdWorker`, `kswapd_pending`; `Config::watermark_boost_factor` | [`reclaim`] |
+//! | memory offlining | `offline_pages`, `online_pages` | [`hotplug`] |
 //! | memory back to the host or the OS | `register_page_reporting` (a `PageReporter`, or `Reporter::Backend`: `madvise` over an arena), `report_free_pages`, `PageReportingWorker`, `page_reporting_stats` | [`reporting`] |
 //! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | [`ZoneAllocator::drain_all_pages`] |
 //! | statistics | `buddyinfo`, `pagetypeinfo`, `zoneinfo`, `vmstat`, `free_counts`, `zone_events`, `pcp_stats`, `extfrag_index`, `unusable_index`, `watermarks`, `zones`, `frame_state`, `managed_pages`, `nr_free_pages` | [`ZoneAllocator::buddyinfo`], [`ZoneInfo`], [`VmStat`] |
@@ -61,7 +62,7 @@
 //!
 //! The modules with pages of their own are those a user reads about: [`arena`],
 //! [`local`], [`contig`], [`compaction`], [`migrate`], [`page_frag`], [`reclaim`],
-//! [`reporting`] and [`vmalloc`];
+//! [`reporting`], [`hotplug`] and [`vmalloc`];
 //! the others are internal, and their public types are re-exported here.
 //!
 //! # Layers, one module each, following the allocation path
@@ -75,7 +76,7 @@
 //! compaction state, which lives below it in `compact_state`.
 //! `buddy` and `isolate` add zone-lock-held methods to `zone`'s `ZoneLocked` guard,
 //! and `owned`, `local`, `contig`, `migrate`, `compaction`, `page_frag`, `reporting`,
-//! `reclaim`, `stats` and `check` add methods to `ZoneAllocator`: each extends the layer below it, never the
+//! `reclaim`, `hotplug`, `stats` and `check` add methods to `ZoneAllocator`: each extends the layer below it, never the
 //! other way.
 //!
 //! | module | layer |
@@ -89,8 +90,9 @@
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
 //! | `debug`, `compact_state` | poisoning, init-on-alloc/free, bad-page reports; what compaction keeps between runs (scanner positions, skip hints, deferral, the migrator, tunables, counters) |
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
-//! | `local`, `owned`, `contig`, `page_frag`, `reporting`, `reclaim` | owner-local caches, guards (a cache's blocks too), contiguous and bulk paths, fragments, free page reporting, kswapd and the shrinkers' public side |
+//! | `local`, `owned`, `contig`, `page_frag`, `reporting` | owner-local caches, guards (a cache's blocks too), contiguous and bulk paths, fragments, free page reporting |
 //! | `migrate`, `compaction` | moving a movable block through its owner; the two scanners, suitability, deferral, direct and proactive compaction |
+//! | `reclaim`, `hotplug` | kswapd (which compacts after a watermark boost) and the shrinkers' public side; memory offlining and onlining (which moves blocks through `migrate`) |
 //! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
 //! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
 
@@ -124,6 +126,7 @@ mod fragindex;
 mod frame;
 mod gfp;
 mod hook;
+pub mod hotplug;
 mod isolate;
 pub mod local;
 pub mod migrate;
@@ -180,6 +183,7 @@ pub use error::{AllocError, FreeError};
 pub use fault::FaultSite;
 pub use frame::{FrameState, REFCOUNT_MAX};
 pub use gfp::Gfp;
+pub use hotplug::OfflineError;
 pub use local::{LocalCache, LOCAL_CACHE_BATCH, LOCAL_CACHE_MAX_BATCHES};
 pub use migrator::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;

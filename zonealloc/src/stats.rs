@@ -496,8 +496,8 @@ impl<B: Backend> ZoneAllocator<B> {
                             z.wmark(Wmark::Promo),
                         ],
                         spanned: z.spanned,
-                        present: z.present,
-                        managed: z.managed,
+                        present: z.present_now(),
+                        managed: z.managed_now(),
                         protection: core::array::from_fn(|j| {
                             z.lowmem_reserve[j].load(Ordering::Relaxed)
                         }),

@@ -52,6 +52,9 @@ pub(crate) struct FreeArea {
     pub nr_reserved_highatomic: u64,
     /// Free page reporting (see `reporting`): which free memory has been reported.
     pub report: ReportArea,
+    /// Pageblocks taken out of the zone by `offline_pages` (see `hotplug`), one
+    /// bit each by pageblock index; their frames are holes until onlined.
+    pub offline: alloc::vec::Vec<u64>,
 }
 
 /// A zone's free page reporting state, under the zone lock (see `reporting`).
@@ -166,6 +169,9 @@ pub(crate) struct ZoneCounters {
     pub nr_reserved_highatomic: Counter,
     /// Free pages reported and not handed out since (`ReportArea::units` in pages).
     pub nr_reported: Counter,
+    /// Present pages taken offline (`offline_pages`): `present` and `managed`
+    /// less this are the zone's memory now.
+    pub nr_offline: Counter,
     /// Set when a free leaves a block of at least the reporting order on the lists
     /// (`page_reporting_notify_free()`); cleared by the reporting pass. Written
     /// only under the zone lock.
@@ -327,6 +333,7 @@ impl Zone {
                     units: 0,
                     in_flight: alloc::vec::Vec::new(),
                 },
+                offline: alloc::vec::Vec::new(),
             }),
             seq: SeqCount::new(),
             counters: ZoneCounters {
@@ -337,6 +344,7 @@ impl Zone {
                 nr_blocks: counters(),
                 nr_reserved_highatomic: Counter::new(),
                 nr_reported: Counter::new(),
+                nr_offline: Counter::new(),
                 report_pending: crate::sync::AtomicBool::new(false),
             },
             events: ZoneEvents {
@@ -438,6 +446,18 @@ impl Zone {
     pub fn wmark(&self, mark: Wmark) -> u64 {
         self.watermark[mark as usize].load(Ordering::Relaxed)
             + self.watermark_boost.load(Ordering::Relaxed)
+    }
+
+    /// Present pages now: `present` less those offline.
+    #[inline]
+    pub fn present_now(&self) -> u64 {
+        self.present - self.counters.nr_offline.get()
+    }
+
+    /// Managed pages now: `managed` less those offline.
+    #[inline]
+    pub fn managed_now(&self) -> u64 {
+        self.managed - self.counters.nr_offline.get()
     }
 
     #[inline]

@@ -32,9 +32,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use zonealloc::{
-    Config, Gfp, Migrate, MigrateOutcome, Migration, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType,
-};
+use zonealloc::{Gfp, Migrate, MigrateOutcome, Migration, Order, Pfn, ZoneAllocator};
 
 const FRAMES: u64 = 16;
 /// Preemption bound of the two-thread models, and of the three-thread one (whose
@@ -49,21 +47,7 @@ static REFUSED_1: AtomicUsize = AtomicUsize::new(0);
 static MOVED_2: AtomicUsize = AtomicUsize::new(0);
 
 fn tiny() -> Arc<ZoneAllocator> {
-    Arc::new(
-        ZoneAllocator::new(Config {
-            max_order: Order(2),
-            pageblock_order: Order(2),
-            nr_cpus: 2,
-            mobility_grouping: false,
-            min_free_kbytes: Some(0),
-            pcp: PcpConfig {
-                enabled: false,
-                ..PcpConfig::default()
-            },
-            ..Config::single_zone(ZoneType::Normal, Pfn(0), FRAMES)
-        })
-        .expect("tiny config"),
-    )
+    Arc::new(ZoneAllocator::new(loom_model::tiny_config(FRAMES)).expect("tiny config"))
 }
 
 /// Who owns each frame: 0 nobody, else a tag. Uninstrumented `std` memory.

@@ -32,19 +32,12 @@ use std::sync::Mutex;
 use loom::sync::Arc;
 use loom::thread;
 
-use zonealloc::{
-    Config, FrameState, FreeError, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType,
-};
+use zonealloc::{Config, FrameState, FreeError, Gfp, Order, PcpConfig, Pfn, ZoneAllocator};
 
 const FRAMES: u64 = 16;
 
 fn tiny_config(pcp_enabled: bool) -> Config {
     Config {
-        max_order: Order(2),
-        pageblock_order: Order(2),
-        nr_cpus: 2,
-        mobility_grouping: false,
-        min_free_kbytes: Some(0),
         pcp: PcpConfig {
             enabled: pcp_enabled,
             batch: Some(1),
@@ -52,7 +45,7 @@ fn tiny_config(pcp_enabled: bool) -> Config {
             high_max: Some(2),
             ..PcpConfig::default()
         },
-        ..Config::single_zone(ZoneType::Normal, Pfn(0), FRAMES)
+        ..loom_model::tiny_config(FRAMES)
     }
 }
 

@@ -26,7 +26,7 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 
 use zonealloc::reclaim::{ShrinkControl, Shrinker, ShrinkerConfig};
-use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
+use zonealloc::{Gfp, Order, Pfn, ZoneAllocator};
 
 const FRAMES: u64 = 16;
 
@@ -55,21 +55,7 @@ impl Shrinker for Pool {
 }
 
 fn setup() -> (Arc<ZoneAllocator>, std::sync::Arc<Pool>) {
-    let za = Arc::new(
-        ZoneAllocator::new(Config {
-            max_order: Order(2),
-            pageblock_order: Order(2),
-            nr_cpus: 2,
-            mobility_grouping: false,
-            min_free_kbytes: Some(0),
-            pcp: PcpConfig {
-                enabled: false,
-                ..PcpConfig::default()
-            },
-            ..Config::single_zone(ZoneType::Normal, Pfn(0), FRAMES)
-        })
-        .expect("tiny config"),
-    );
+    let za = Arc::new(ZoneAllocator::new(loom_model::tiny_config(FRAMES)).expect("tiny config"));
     let pool = std::sync::Arc::new(Pool {
         za: Mutex::new(Some(za.clone())),
         cached: Mutex::new(Vec::new()),

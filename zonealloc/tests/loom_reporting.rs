@@ -28,7 +28,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use zonealloc::reporting::{PageReporter, ReportRefused, Reporter, ReportingConfig};
-use zonealloc::{Config, FrameState, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
+use zonealloc::{FrameState, Gfp, Order, Pfn, ZoneAllocator};
 
 const FRAMES: u64 = 16;
 
@@ -53,21 +53,7 @@ impl PageReporter for Checking {
 }
 
 fn setup() -> (Arc<ZoneAllocator>, std::sync::Arc<Checking>) {
-    let za = Arc::new(
-        ZoneAllocator::new(Config {
-            max_order: Order(2),
-            pageblock_order: Order(2),
-            nr_cpus: 2,
-            mobility_grouping: false,
-            min_free_kbytes: Some(0),
-            pcp: PcpConfig {
-                enabled: false,
-                ..PcpConfig::default()
-            },
-            ..Config::single_zone(ZoneType::Normal, Pfn(0), FRAMES)
-        })
-        .expect("tiny config"),
-    );
+    let za = Arc::new(ZoneAllocator::new(loom_model::tiny_config(FRAMES)).expect("tiny config"));
     let rep = std::sync::Arc::new(Checking {
         za: std::sync::Mutex::new(Some(za.clone())),
         blocks: std::sync::Mutex::new(Vec::new()),

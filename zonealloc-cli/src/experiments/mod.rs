@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::harness::{Ctx, Table};
 
 pub mod contig;
+pub mod hotplug;
 pub mod page_fault1;
 pub mod page_frag;
 pub mod pagetypeinfo;
@@ -42,6 +43,7 @@ pub static REGISTRY: &[&dyn Experiment] = &[
     &pagetypeinfo::Pagetypeinfo,
     &reporting::Reporting,
     &reclaim::Reclaim,
+    &hotplug::Hotplug,
     &peers::Peers,
     &replay::Replay,
 ];

@@ -45,3 +45,23 @@ where
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// The loom suites' allocator: one Normal zone of `frames` frames from pfn 0,
+/// `max_order` and pageblocks of order 2, 2 CPUs, no mobility grouping, no
+/// watermarks, per-CPU lists off (each suite turns on what its protocol needs).
+#[allow(dead_code)] // Each suite uses the helpers it needs.
+pub fn tiny_config(frames: u64) -> zonealloc::Config {
+    use zonealloc::{Config, Order, PcpConfig, Pfn, ZoneType};
+    Config {
+        max_order: Order(2),
+        pageblock_order: Order(2),
+        nr_cpus: 2,
+        mobility_grouping: false,
+        min_free_kbytes: Some(0),
+        pcp: PcpConfig {
+            enabled: false,
+            ..PcpConfig::default()
+        },
+        ..Config::single_zone(ZoneType::Normal, Pfn(0), frames)
+    }
+}

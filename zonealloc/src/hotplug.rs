@@ -1,0 +1,370 @@
+//! Memory offlining and onlining: taking a range of frames out of its zone
+//! (what virtio-mem and memory hot-unplug ask of Linux's `offline_pages()`), and
+//! giving it back (`online_pages()`).
+//!
+//! ```
+//! use zonealloc::{Config, Gfp, Order, Pfn, ZoneAllocator};
+//!
+//! let za = ZoneAllocator::new(Config::with_bytes(64 << 20)).unwrap();
+//! let before = za.managed_pages();
+//! // Four pageblocks (8 MiB) from frame 4096 leave the zone...
+//! za.offline_pages(Pfn(4096), 2048).unwrap();
+//! assert_eq!(za.managed_pages(), before - 2048);
+//! assert!(za.free_pages(Pfn(4096), Order(0)).is_err());
+//! // ...and come back.
+//! za.online_pages(Pfn(4096), 2048).unwrap();
+//! assert_eq!(za.managed_pages(), before);
+//! ```
+//!
+//! # Offlining
+//!
+//! The range must be whole pageblocks of one zone, with no hole and nothing
+//! offline in it. Before anything changes, every allocated block in it must be
+//! movable (an allocation of the movable type with no owner mark: no guard, no
+//! vmalloc area, no page_frag cache) and a migrator must be registered when there
+//! is one; otherwise the call is refused and nothing changes
+//! (`OfflineError::NotMovable`, `NoMigrator`), as `has_unmovable_pages()` refuses
+//! in Linux. Then, as `offline_pages()` does:
+//!
+//! 1. the range's pageblocks are isolated: no allocation takes memory from them;
+//! 2. the per-CPU lists and stacks and the `LocalCache`s are drained;
+//! 3. every allocated block in the range is moved out through the owner's
+//!    `Migrate` callback, to a block allocated outside the range;
+//! 4. once every frame is free (retried a few times, as frees of the range's
+//!    frames may reach a per-CPU list meanwhile), the free blocks leave the lists
+//!    and the frames become holes: the zone's present and managed pages fall by
+//!    the range (zoneinfo's `present` and `managed` lines, `managed_pages()`).
+//!
+//! An owner that refuses or panics on a block, or a target that cannot be had,
+//! ends the call with the range given back to the zone (`OwnerRefused`,
+//! `OwnerPanicked`, `NoMemory`): blocks already moved stay moved, as in Linux,
+//! and every frame is still exactly one of free or owned.
+//!
+//! # Onlining
+//!
+//! `online_pages()` gives an offline range back to the zone that spans it,
+//! free: its pageblocks take their type again and its frames merge into the free
+//! lists. Linux may online a range into `ZONE_MOVABLE` or the normal zone,
+//! growing the zone's span to take it; here spans are fixed when the allocator is
+//! built, so the range returns to the zone it was taken from (a hot-pluggable range
+//! is configured inside a `Movable` zone to be onlined as movable memory).
+//!
+//! Watermarks are not recomputed for the smaller zone (Linux recomputes them):
+//! they stay those of the whole zone, higher than its new size needs.
+
+use alloc::vec::Vec;
+
+use crate::allocator::ZoneAllocator;
+use crate::backend::Backend;
+use crate::frame::{Tag, Word};
+use crate::gfp::AllocFlags;
+use crate::migrate::{is_movable_candidate, Step};
+use crate::types::{Migratetype, Order, Pfn, Wmark};
+use crate::zone::{chunks, Zone};
+
+/// Why `offline_pages` or `online_pages` was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OfflineError {
+    /// Empty, not whole pageblocks, or outside every zone.
+    InvalidRange,
+    /// The range runs past its zone's end (the first frame outside it).
+    CrossesZone(Pfn),
+    /// The range has a hole (offline memory included, for `offline_pages`).
+    Hole(Pfn),
+    /// `online_pages` of a range that is not wholly offline.
+    NotOffline(Pfn),
+    /// An allocated block that cannot move: not movable, or owned by a guard, a
+    /// vmalloc area or a page_frag cache, or bad. Nothing changed.
+    NotMovable(Pfn),
+    /// The range holds movable blocks and no migrator is registered. Nothing
+    /// changed.
+    NoMigrator,
+    /// A pageblock of the range is isolated already (`alloc_contig_range` or
+    /// another offlining under way). Nothing changed.
+    Isolated(Pfn),
+    /// The owner refused to move this block; the range is back in the zone.
+    OwnerRefused(Pfn),
+    /// The owner's callback panicked moving this block (caught, with `std`); the
+    /// range is back in the zone.
+    OwnerPanicked(Pfn),
+    /// No block outside the range to move this one to; the range is back.
+    NoMemory(Pfn),
+    /// A frame of the range was still in use after the retries (another thread
+    /// kept allocating or freeing into it); the range is back.
+    Busy(Pfn),
+}
+
+impl core::fmt::Display for OfflineError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            OfflineError::InvalidRange => f.write_str("not whole pageblocks of a zone"),
+            OfflineError::CrossesZone(p) => write!(f, "range crosses its zone's end at {p}"),
+            OfflineError::Hole(p) => write!(f, "hole at {p}"),
+            OfflineError::NotOffline(p) => write!(f, "frame {p} is not offline"),
+            OfflineError::NotMovable(p) => write!(f, "block at {p} cannot move"),
+            OfflineError::NoMigrator => f.write_str("movable blocks and no migrator"),
+            OfflineError::Isolated(p) => write!(f, "pageblock at {p} is isolated already"),
+            OfflineError::OwnerRefused(p) => write!(f, "the owner refused to move {p}"),
+            OfflineError::OwnerPanicked(p) => write!(f, "the owner panicked moving {p}"),
+            OfflineError::NoMemory(p) => write!(f, "no memory to move {p} to"),
+            OfflineError::Busy(p) => write!(f, "frame {p} stayed in use"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for OfflineError {}
+
+/// Passes over the range looking for allocated blocks to move, and drains, before
+/// `offline_pages` gives up on a frame that stays in use.
+const OFFLINE_TRIES: u32 = 8;
+
+impl<B: Backend> ZoneAllocator<B> {
+    /// The zone holding all of `[start, start + nr)`, whole pageblocks.
+    fn hotplug_zone(&self, start: Pfn, nr: u64) -> Result<&Zone, OfflineError> {
+        let z = self.zone_of(start).ok_or(OfflineError::InvalidRange)?;
+        let pb = z.pageblock_order.nr_pages();
+        if nr == 0 || !start.0.is_multiple_of(pb) || !nr.is_multiple_of(pb) {
+            return Err(OfflineError::InvalidRange);
+        }
+        let end = start.0.checked_add(nr).ok_or(OfflineError::InvalidRange)?;
+        if end > z.end_pfn() {
+            return Err(OfflineError::CrossesZone(Pfn(z.end_pfn())));
+        }
+        Ok(z)
+    }
+
+    /// `offline_pages()`: takes `[start, start + nr)` (whole pageblocks of one
+    /// zone) out of the allocator, moving its movable blocks out first. See the
+    /// [module documentation](crate::hotplug).
+    ///
+    /// # Errors
+    /// `InvalidRange`, `CrossesZone`, `Hole`, `NotMovable`, `NoMigrator`,
+    /// `Isolated` with nothing changed; `OwnerRefused`, `OwnerPanicked`,
+    /// `NoMemory`, `Busy` with the range back in the zone and the blocks moved so
+    /// far moved.
+    pub fn offline_pages(&self, start: Pfn, nr: u64) -> Result<(), OfflineError> {
+        let z = self.hotplug_zone(start, nr)?;
+        let end = start.0 + nr;
+        // Lock-free pre-check: holes, and blocks that could never move.
+        let mut movable = false;
+        let mut p = start.0;
+        while p < end {
+            let w = z.frames.word(z.idx(Pfn(p)));
+            match w.tag() {
+                Tag::Hole => return Err(OfflineError::Hole(Pfn(p))),
+                Tag::Bad => return Err(OfflineError::NotMovable(Pfn(p))),
+                Tag::Alloc if !is_movable_candidate(w) => {
+                    return Err(OfflineError::NotMovable(Pfn(p)))
+                }
+                Tag::Alloc => movable = true,
+                _ => {}
+            }
+            p += if w.tag() == Tag::Tail {
+                1
+            } else {
+                w.order().nr_pages()
+            };
+        }
+        let m = self.migrator();
+        if movable && m.is_none() {
+            return Err(OfflineError::NoMigrator);
+        }
+        let pb = z.pageblock_order.nr_pages();
+        let blocks = (start.0..end).step_by(pb as usize).map(Pfn);
+        {
+            let mut zl = z.lock();
+            for (k, b) in blocks.clone().enumerate() {
+                if !zl.isolate_pageblock(b) {
+                    for undo in blocks.clone().take(k) {
+                        zl.undo_isolate_pageblock(undo);
+                    }
+                    return Err(OfflineError::Isolated(b));
+                }
+            }
+        }
+        let undo = |e: OfflineError| {
+            let mut zl = z.lock();
+            for b in blocks.clone() {
+                zl.undo_isolate_pageblock(b);
+            }
+            Err(e)
+        };
+        let mut outcome = Err(OfflineError::Busy(start));
+        for _ in 0..OFFLINE_TRIES {
+            self.drain_caches();
+            for cpu in 0..z.pcp.len() {
+                z.pcp_lock(cpu).drain(self.config.pcp.prefetch_buddy);
+            }
+            match self.migrate_range_out(z, start.0, end, m.as_deref()) {
+                Ok(()) => {}
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+            match self.take_range_offline(z, start.0, end) {
+                Ok(()) => {
+                    outcome = Ok(());
+                    break;
+                }
+                Err(p) => outcome = Err(OfflineError::Busy(p)),
+            }
+        }
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(e) => undo(e),
+        }
+    }
+
+    /// Moves every allocated block of `[start, end)` out through `m`.
+    fn migrate_range_out(
+        &self,
+        z: &Zone,
+        start: u64,
+        end: u64,
+        m: Option<&dyn crate::migrator::Migrate>,
+    ) -> Result<(), OfflineError> {
+        let mut p = start;
+        while p < end {
+            let pfn = Pfn(p);
+            let w = z.frames.word(z.idx(pfn));
+            let step = if w.tag() == Tag::Tail {
+                1
+            } else {
+                w.order().nr_pages()
+            };
+            if w.tag() != Tag::Alloc {
+                p += step;
+                continue;
+            }
+            if !is_movable_candidate(w) {
+                return Err(OfflineError::NotMovable(pfn));
+            }
+            let m = m.ok_or(OfflineError::NoMigrator)?;
+            let Some(order) = self.isolate_movable(z, pfn) else {
+                // Freed or changed meanwhile: looked at again on the next pass.
+                p += step;
+                continue;
+            };
+            let Some(target) = self.private_block(z, order) else {
+                self.putback_movable(z, pfn);
+                return Err(OfflineError::NoMemory(pfn));
+            };
+            let step = self.migrate_isolated(z, pfn, target, order, m);
+            let c = &self.compact.counters;
+            match step {
+                Step::Moved => c.migrated.inc(order.nr_pages()),
+                Step::Refused | Step::Panicked => c.refused.inc(order.nr_pages()),
+                Step::Freed => {}
+            }
+            match step {
+                Step::Moved => {}
+                Step::Freed => z.lock().free_block_locked(target, order, false),
+                Step::Refused => {
+                    z.lock().free_block_locked(target, order, false);
+                    return Err(OfflineError::OwnerRefused(pfn));
+                }
+                Step::Panicked => {
+                    z.lock().free_block_locked(target, order, false);
+                    return Err(OfflineError::OwnerPanicked(pfn));
+                }
+            }
+            p += order.nr_pages();
+        }
+        Ok(())
+    }
+
+    /// A free block of `order` from zone `z`'s buddy lists (the range's blocks
+    /// are isolated, so it lies outside the range), made private (`Frozen`, the
+    /// caller's) to receive a migration; none when taking it would leave the zone
+    /// at its min watermark.
+    fn private_block(&self, z: &Zone, order: Order) -> Option<Pfn> {
+        if z.nr_free_pages() < z.wmark(Wmark::Min) + order.nr_pages() {
+            return None;
+        }
+        let flags = AllocFlags::checking(Wmark::Min);
+        let t = z.lock().rmqueue_one(order, Migratetype::Movable, flags)?;
+        // Counted as allocated (`pgalloc`) only if a block moves into it.
+        z.frames.set_word(z.idx(t), Word::frozen(order));
+        Some(t)
+    }
+
+    /// Under the zone lock: if every frame of `[start, end)` is free, takes the
+    /// free blocks off the isolate lists, makes the frames holes and marks the
+    /// pageblocks offline; else returns the first frame in use.
+    fn take_range_offline(&self, z: &Zone, start: u64, end: u64) -> Result<(), Pfn> {
+        let mut zl = z.lock();
+        let mut covering = Vec::new();
+        let mut p = start;
+        while p < end {
+            match zl.free_block_containing(Pfn(p)) {
+                Some((head, order)) if head.0 >= start && head.0 + order.nr_pages() <= end => {
+                    covering.push((head, order));
+                    p = head.0 + order.nr_pages();
+                }
+                _ => return Err(Pfn(p)),
+            }
+        }
+        for &(head, order) in &covering {
+            zl.del_from_free_list(head, order, Migratetype::Isolate);
+        }
+        let t = &z.frames;
+        for q in start..end {
+            t.set_word(z.idx(Pfn(q)), Word::HOLE);
+        }
+        let pb = z.pageblock_order.nr_pages();
+        let bits = &mut zl.area.offline;
+        for b in (start..end).step_by(pb as usize) {
+            let i = z.blocks.index(Pfn(b));
+            if bits.len() <= i / 64 {
+                bits.resize(i / 64 + 1, 0);
+            }
+            bits[i / 64] |= 1u64 << (i % 64);
+        }
+        z.counters.nr_offline.add((end - start) as i64);
+        Ok(())
+    }
+
+    /// `online_pages()`: gives the offline range `[start, start + nr)` back to its
+    /// zone, free. See the [module documentation](crate::hotplug).
+    ///
+    /// # Errors
+    /// `InvalidRange`, `CrossesZone`, `NotOffline` (a pageblock of the range is
+    /// not offline); nothing changes then.
+    pub fn online_pages(&self, start: Pfn, nr: u64) -> Result<(), OfflineError> {
+        let z = self.hotplug_zone(start, nr)?;
+        let end = start.0 + nr;
+        let pb = z.pageblock_order.nr_pages();
+        let mut zl = z.lock();
+        let offline = |zl: &crate::zone::ZoneLocked<'_>, b: u64| {
+            let i = z.blocks.index(Pfn(b));
+            zl.area
+                .offline
+                .get(i / 64)
+                .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
+        };
+        if let Some(b) = (start.0..end)
+            .step_by(pb as usize)
+            .find(|&b| !offline(&zl, b))
+        {
+            return Err(OfflineError::NotOffline(Pfn(b)));
+        }
+        for b in (start.0..end).step_by(pb as usize) {
+            let i = z.blocks.index(Pfn(b));
+            zl.area.offline[i / 64] &= !(1u64 << (i % 64));
+        }
+        z.counters.nr_offline.add(-(nr as i64));
+        let t = &z.frames;
+        for q in start.0..end {
+            t.set_word(z.idx(Pfn(q)), Word::TAIL);
+        }
+        for b in (start.0..end).step_by(pb as usize) {
+            zl.undo_isolate_pageblock(Pfn(b));
+        }
+        for (p, o) in chunks(start, nr, z.max_order) {
+            zl.free_block_locked(p, o, true);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,280 @@
+//! Memory offlining and onlining: a range leaves its zone (its movable blocks
+//! moved out through their owner) and comes back; ranges that cannot go are
+//! refused with nothing changed; owners that refuse or panic leave every frame
+//! free or owned.
+
+#[path = "support/induced_panic.rs"]
+mod induced_panic;
+#[path = "support/rng.rs"]
+mod rng;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use zonealloc::{
+    Config, FreeError, Gfp, Migrate, MigrateOutcome, OfflineError, Order, Pfn, ZoneAllocator,
+};
+
+use induced_panic::induced_panic;
+
+/// 64 MiB: 16384 frames, 32 pageblocks.
+const BYTES: u64 = 64 << 20;
+const PB: u64 = 512;
+
+fn allocator() -> ZoneAllocator {
+    ZoneAllocator::new(Config {
+        nr_cpus: 2,
+        ..Config::with_bytes(BYTES)
+    })
+    .unwrap()
+}
+
+/// An owner of movable pages, by frame; moves them when asked unless told not
+/// to (`refuse`), or panics on the `panic_at`th call.
+#[derive(Default)]
+struct Owner {
+    pages: Mutex<HashSet<Pfn>>,
+    refuse: bool,
+    panic_at: Option<usize>,
+    calls: Mutex<usize>,
+}
+
+impl Migrate for Owner {
+    fn relocate(&self, old: Pfn, new: Pfn, _order: Order) -> MigrateOutcome {
+        let mut c = self.calls.lock().unwrap();
+        *c += 1;
+        if Some(*c) == self.panic_at {
+            drop(c);
+            induced_panic();
+        }
+        if self.refuse {
+            return MigrateOutcome::Refused;
+        }
+        let mut p = self.pages.lock().unwrap();
+        if p.remove(&old) {
+            p.insert(new);
+            MigrateOutcome::Moved
+        } else {
+            MigrateOutcome::Refused
+        }
+    }
+}
+
+/// Allocates movable pages until the zone refuses, keeping those for which
+/// `keep` holds (the rest are freed): the owner's pages.
+fn fill_movable(za: &ZoneAllocator, owner: &Owner, keep: impl Fn(Pfn) -> bool) {
+    let mut all = Vec::new();
+    while let Ok(p) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NOWAIT, Order(0)) {
+        all.push(p);
+    }
+    for p in all {
+        if keep(p) {
+            owner.pages.lock().unwrap().insert(p);
+        } else {
+            za.free_pages(p, Order(0)).unwrap();
+        }
+    }
+}
+
+/// Every frame is free, offline, or one of `owned`.
+fn ledger(za: &ZoneAllocator, owned: u64, offline: u64) {
+    za.drain_all_pages();
+    let r = za.check_invariants().unwrap();
+    assert_eq!(r.allocated_pages, owned);
+    assert_eq!(r.offline_pages, offline);
+    assert_eq!(r.free_pages + r.allocated_pages, za.managed_pages());
+}
+
+#[test]
+fn a_free_range_goes_offline_and_comes_back() {
+    let za = allocator();
+    let managed = za.managed_pages();
+    let buddy = za.buddyinfo();
+    let start = Pfn(8 * PB);
+    za.offline_pages(start, 4 * PB).unwrap();
+    assert_eq!(za.managed_pages(), managed - 4 * PB);
+    ledger(&za, 0, 4 * PB);
+    let zi = za.zoneinfo();
+    assert_eq!(zi.zones[0].present, managed - 4 * PB);
+    assert_eq!(zi.zones[0].managed, managed - 4 * PB);
+    assert_eq!(za.free_pages(start, Order(0)), Err(FreeError::Hole(start)));
+    // No allocation reaches the range.
+    let mut got = Vec::new();
+    while let Ok(p) = za.alloc_pages(Gfp::KERNEL | Gfp::NOWAIT, Order(0)) {
+        assert!(
+            !(start.0..start.0 + 4 * PB).contains(&p.0),
+            "{p} is offline"
+        );
+        got.push(p);
+    }
+    for p in got {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    assert_eq!(
+        za.offline_pages(start, PB),
+        Err(OfflineError::Hole(start)),
+        "offline twice"
+    );
+    za.online_pages(start, 4 * PB).unwrap();
+    assert_eq!(
+        za.online_pages(start, PB),
+        Err(OfflineError::NotOffline(start))
+    );
+    assert_eq!(za.managed_pages(), managed);
+    ledger(&za, 0, 0);
+    za.drain_all_pages();
+    assert_eq!(za.buddyinfo(), buddy, "merged back whole");
+}
+
+#[test]
+fn movable_blocks_are_moved_out_first() {
+    let za = allocator();
+    let owner = Arc::new(Owner::default());
+    za.set_migrator(Some(owner.clone()));
+    // One page in eight kept: every pageblock holds some.
+    fill_movable(&za, &owner, |p| p.0 % 8 == 0);
+    let owned = owner.pages.lock().unwrap().len() as u64;
+    let start = Pfn(16 * PB);
+    let in_range = |p: &Pfn| (start.0..start.0 + 2 * PB).contains(&p.0);
+    assert!(owner.pages.lock().unwrap().iter().any(in_range));
+    za.offline_pages(start, 2 * PB).unwrap();
+    assert!(!owner.pages.lock().unwrap().iter().any(in_range));
+    assert_eq!(owner.pages.lock().unwrap().len() as u64, owned);
+    assert!(za.compaction_stats().pgmigrate_success >= 2 * PB / 8);
+    ledger(&za, owned, 2 * PB);
+    za.online_pages(start, 2 * PB).unwrap();
+    ledger(&za, owned, 0);
+    for p in owner.pages.lock().unwrap().drain() {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    ledger(&za, 0, 0);
+}
+
+#[test]
+fn ranges_that_cannot_go_are_refused_with_nothing_changed() {
+    let za = allocator();
+    let u = za.alloc_pages(Gfp::KERNEL, Order(0)).unwrap();
+    let ub = Pfn(u.0 & !(PB - 1));
+    let d = za.state_digest();
+    // Bad ranges.
+    assert_eq!(
+        za.offline_pages(Pfn(3), PB),
+        Err(OfflineError::InvalidRange)
+    );
+    assert_eq!(
+        za.offline_pages(Pfn(0), 100),
+        Err(OfflineError::InvalidRange)
+    );
+    assert_eq!(za.offline_pages(Pfn(0), 0), Err(OfflineError::InvalidRange));
+    assert_eq!(
+        za.offline_pages(Pfn(31 * PB), 2 * PB),
+        Err(OfflineError::CrossesZone(Pfn(32 * PB)))
+    );
+    assert_eq!(
+        za.offline_pages(Pfn(1 << 40), PB),
+        Err(OfflineError::InvalidRange)
+    );
+    // An unmovable page.
+    assert_eq!(za.offline_pages(ub, PB), Err(OfflineError::NotMovable(u)));
+    assert_eq!(za.state_digest(), d, "refusals changed nothing");
+    // A movable page and no migrator.
+    let m = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
+    let mb = Pfn(m.0 & !(PB - 1));
+    let d2 = za.state_digest();
+    assert_eq!(za.offline_pages(mb, PB), Err(OfflineError::NoMigrator));
+    assert_eq!(za.state_digest(), d2);
+    za.free_pages(m, Order(0)).unwrap();
+    // A guarded block cannot move either.
+    let g = za.alloc_block(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
+    let gb = Pfn(g.pfn().0 & !(PB - 1));
+    let d3 = za.state_digest();
+    assert_eq!(
+        za.offline_pages(gb, PB),
+        Err(OfflineError::NotMovable(g.pfn()))
+    );
+    assert_eq!(za.state_digest(), d3);
+    drop(g);
+    za.free_pages(u, Order(0)).unwrap();
+    ledger(&za, 0, 0);
+}
+
+#[test]
+fn an_owner_that_refuses_or_panics_gets_the_range_back() {
+    for panic in [false, true] {
+        let za = allocator();
+        let owner = Arc::new(Owner {
+            refuse: !panic,
+            panic_at: panic.then_some(3),
+            ..Owner::default()
+        });
+        za.set_migrator(Some(owner.clone()));
+        fill_movable(&za, &owner, |p| p.0 % 8 == 0);
+        let owned = owner.pages.lock().unwrap().len() as u64;
+        let managed = za.managed_pages();
+        let start = Pfn(4 * PB);
+        let e = za.offline_pages(start, 2 * PB).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                OfflineError::OwnerRefused(_) | OfflineError::OwnerPanicked(_)
+            ),
+            "{e:?}"
+        );
+        assert_eq!(za.managed_pages(), managed);
+        ledger(&za, owned, 0);
+        // Nothing is left isolated: the range serves allocations again.
+        for p in owner.pages.lock().unwrap().drain() {
+            za.free_pages(p, Order(0)).unwrap();
+        }
+        za.set_migrator(None);
+        za.offline_pages(start, 2 * PB).unwrap();
+        za.online_pages(start, 2 * PB).unwrap();
+        ledger(&za, 0, 0);
+    }
+}
+
+#[test]
+fn offlining_beside_allocating_threads_loses_nothing() {
+    let za = Arc::new(allocator());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|t| {
+            let (za, stop) = (za.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = rng::Rng::new(t + 7);
+                let mut held: Vec<(Pfn, Order)> = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if held.len() < 128 && rng.chance(55) {
+                        let o = Order(rng.below(4) as u8);
+                        if let Ok(p) = za.alloc_pages(Gfp::KERNEL, o) {
+                            held.push((p, o));
+                        }
+                    } else if let Some((p, o)) = held.pop() {
+                        za.free_pages(p, o).unwrap();
+                    }
+                }
+                for (p, o) in held {
+                    za.free_pages(p, o).unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut went = 0;
+    for i in 0..200u64 {
+        let start = Pfn((i % 30) * PB);
+        match za.offline_pages(start, 2 * PB) {
+            Ok(()) => {
+                went += 1;
+                za.online_pages(start, 2 * PB).unwrap();
+            }
+            Err(OfflineError::NotMovable(_) | OfflineError::Busy(_)) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(went > 0, "some range went offline");
+    ledger(&za, 0, 0);
+}
