@@ -278,3 +278,93 @@ fn offlining_beside_allocating_threads_loses_nothing() {
     assert!(went > 0, "some range went offline");
     ledger(&za, 0, 0);
 }
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Allocate order `o`, movable (owned through the owner) or not.
+        Alloc(u8, bool),
+        Free(usize),
+        Offline(u64, u64),
+        Online(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..4, any::<bool>()).prop_map(|(o, m)| Op::Alloc(o, m)),
+            3 => any::<usize>().prop_map(Op::Free),
+            1 => (0u64..32, 1u64..4).prop_map(|(b, n)| Op::Offline(b, n)),
+            1 => any::<usize>().prop_map(Op::Online),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Whatever the mix of allocations, frees, offlinings and onlinings: an
+        /// offlining succeeds only with no unmovable block in its range and leaves
+        /// no owned block there, a refused one changes no frame's owner, and every
+        /// frame is always exactly one of free, owned or offline.
+        #[test]
+        fn every_frame_is_free_owned_or_offline(ops in prop::collection::vec(op(), 1..80)) {
+            let za = allocator();
+            let owner = Arc::new(Owner::default());
+            za.set_migrator(Some(owner.clone()));
+            let mut unmovable: Vec<(Pfn, Order)> = Vec::new();
+            let mut offline: Vec<(Pfn, u64)> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Alloc(o, movable) => {
+                        if movable {
+                            if let Ok(p) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)) {
+                                owner.pages.lock().unwrap().insert(p);
+                            }
+                        } else if let Ok(p) = za.alloc_pages(Gfp::KERNEL, Order(o)) {
+                            unmovable.push((p, Order(o)));
+                        }
+                    }
+                    Op::Free(i) => {
+                        let mut pages = owner.pages.lock().unwrap();
+                        if i % 2 == 0 && !unmovable.is_empty() {
+                            let (p, o) = unmovable.swap_remove(i % unmovable.len());
+                            za.free_pages(p, o).unwrap();
+                        } else if let Some(&p) = pages.iter().nth(i % pages.len().max(1)) {
+                            pages.remove(&p);
+                            za.free_pages(p, Order(0)).unwrap();
+                        }
+                    }
+                    Op::Offline(b, n) => {
+                        let start = Pfn(b * PB);
+                        let nr = n * PB;
+                        let hit = |p: Pfn, o: Order| p.0 < start.0 + nr && start.0 < p.0 + o.nr_pages();
+                        let blocked = unmovable.iter().any(|&(p, o)| hit(p, o));
+                        match za.offline_pages(start, nr) {
+                            Ok(()) => {
+                                prop_assert!(!blocked, "offlined over an unmovable block");
+                                let pages = owner.pages.lock().unwrap();
+                                prop_assert!(!pages.iter().any(|&p| hit(p, Order(0))));
+                                offline.push((start, nr));
+                            }
+                            Err(OfflineError::NotMovable(_)) => prop_assert!(blocked),
+                            Err(OfflineError::CrossesZone(_) | OfflineError::Hole(_)) => {}
+                            Err(e) => prop_assert!(false, "unexpected {e:?}"),
+                        }
+                    }
+                    Op::Online(i) => {
+                        if !offline.is_empty() {
+                            let (s, n) = offline.swap_remove(i % offline.len());
+                            za.online_pages(s, n).unwrap();
+                        }
+                    }
+                }
+                let owned = owner.pages.lock().unwrap().len() as u64
+                    + unmovable.iter().map(|&(_, o)| o.nr_pages()).sum::<u64>();
+                let off: u64 = offline.iter().map(|&(_, n)| n).sum();
+                ledger(&za, owned, off);
+            }
+        }
+    }
+}
