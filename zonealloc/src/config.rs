@@ -14,6 +14,9 @@ use crate::types::{
 /// Largest `min_free_kbytes` accepted: Linux's sysctl is an `int`.
 pub const MIN_FREE_KBYTES_MAX: u64 = i32::MAX as u64;
 
+/// Largest `watermark_boost_factor` accepted (Linux's sysctl is an `int`, 0 and up).
+pub const WATERMARK_BOOST_FACTOR_MAX: u64 = i32::MAX as u64;
+
 /// Largest `watermark_scale_factor` accepted (Linux's sysctl range is 1..=3000).
 pub const WATERMARK_SCALE_FACTOR_MAX: u64 = 3000;
 
@@ -211,6 +214,11 @@ impl Config {
                 self.watermark_scale_factor,
             ));
         }
+        if self.watermark_boost_factor > WATERMARK_BOOST_FACTOR_MAX {
+            return Err(ConfigError::WatermarkBoostFactor(
+                self.watermark_boost_factor,
+            ));
+        }
         self.pcp.validate()?;
         // Every frame's byte address, `pfn << page_shift`, fits in 64 bits.
         let pfn_limit = 1u64 << (64 - u32::from(self.page_shift));
@@ -342,6 +350,8 @@ pub enum ConfigError {
     MinFreeKbytes(u64),
     /// `watermark_scale_factor` outside `1..=WATERMARK_SCALE_FACTOR_MAX`.
     WatermarkScaleFactor(u64),
+    /// `watermark_boost_factor` above `WATERMARK_BOOST_FACTOR_MAX`.
+    WatermarkBoostFactor(u64),
     /// A per-CPU list tunable outside its range (see `PcpConfig`).
     Pcp(&'static str, u64),
     /// The per-frame metadata (16 bytes a frame, plus a byte a pageblock) could not
@@ -380,6 +390,10 @@ impl fmt::Display for ConfigError {
             ConfigError::WatermarkScaleFactor(w) => write!(
                 f,
                 "watermark_scale_factor {w} outside 1..={WATERMARK_SCALE_FACTOR_MAX}"
+            ),
+            ConfigError::WatermarkBoostFactor(w) => write!(
+                f,
+                "watermark_boost_factor {w} above {WATERMARK_BOOST_FACTOR_MAX}"
             ),
             ConfigError::Pcp(name, v) => write!(f, "pcp.{name} {v} out of range"),
             ConfigError::Metadata { bytes } => {

@@ -175,7 +175,7 @@ pub use compaction::{
 };
 pub use config::{
     Config, ConfigError, DebugConfig, FragFreePath, NodeConfig, PcpConfig, ZoneConfig,
-    MIN_FREE_KBYTES_MAX, PCP_TUNABLE_MAX, WATERMARK_SCALE_FACTOR_MAX,
+    MIN_FREE_KBYTES_MAX, PCP_TUNABLE_MAX, WATERMARK_BOOST_FACTOR_MAX, WATERMARK_SCALE_FACTOR_MAX,
 };
 pub use contig::ContigError;
 pub use debug::{BadPageReport, PAGE_POISON};

@@ -306,6 +306,13 @@ fn extreme_configurations_get_a_config_error() {
             },
         ),
         (
+            "watermark_boost_factor u64::MAX",
+            Config {
+                watermark_boost_factor: u64::MAX,
+                ..base.clone()
+            },
+        ),
+        (
             "pcp.batch u64::MAX",
             Config {
                 pcp: PcpConfig {
