@@ -85,7 +85,11 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// Every `LocalCache` holding blocks of its own (where `fast` is off), so that
     /// drains and the slow path reach what idle owners hold.
     pub(crate) caches: crate::sync::Lock<Vec<alloc::sync::Weak<crate::local::CacheShared>>>,
-    min_free_kbytes: u64,
+    /// `min_free_kbytes` in force, and whether it was given (`Some`) rather than
+    /// computed from the zone sizes (Linux's `user_min_free_kbytes`), which a
+    /// resize after offlining or onlining recomputes.
+    min_free_kbytes: core::sync::atomic::AtomicU64,
+    min_free_kbytes_given: bool,
     pub(crate) backend: B,
     pub(crate) debug: DebugState,
     /// Compaction: per-zone scanner state, the migrator, tunables, counters.
@@ -241,7 +245,8 @@ impl<B: Backend> ZoneAllocator<B> {
         let debug = config.debug;
         let compact = crate::compact_state::CompactState::new(&zones);
         let mut za = ZoneAllocator {
-            min_free_kbytes: 0,
+            min_free_kbytes: core::sync::atomic::AtomicU64::new(0),
+            min_free_kbytes_given: false,
             config,
             zones: zones.into_boxed_slice(),
             lookup: lookup.into_boxed_slice(),
@@ -275,7 +280,7 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// `min_free_kbytes` in force.
     pub fn min_free_kbytes(&self) -> u64 {
-        self.min_free_kbytes
+        self.min_free_kbytes.load(Ordering::Relaxed)
     }
 
     // -------------------------------------------------------------------------
@@ -292,29 +297,59 @@ impl<B: Backend> ZoneAllocator<B> {
         if let Some(m) = min_free_kbytes.filter(|&m| m > crate::config::MIN_FREE_KBYTES_MAX) {
             return Err(ConfigError::MinFreeKbytes(m));
         }
+        let mfk = min_free_kbytes.unwrap_or_else(|| self.default_min_free_kbytes());
+        self.min_free_kbytes_given = min_free_kbytes.is_some();
+        self.min_free_kbytes.store(mfk, Ordering::Relaxed);
+        self.spread_watermarks(mfk);
+        Ok(())
+    }
+
+    /// `calculate_min_free_kbytes()`: `sqrt(lowmem_kbytes * 16)`, within 128 KiB
+    /// and 256 MiB.
+    fn default_min_free_kbytes(&self) -> u64 {
         let kib_per_page = self.config.page_size() / 1024;
-        let lowmem_pages: u64 = self
-            .zones
+        let lowmem_kbytes = self.lowmem_pages().saturating_mul(kib_per_page);
+        isqrt(lowmem_kbytes.saturating_mul(16)).clamp(128, 262_144)
+    }
+
+    /// Managed pages (offline ones excluded) of the zones below HighMem.
+    fn lowmem_pages(&self) -> u64 {
+        self.zones
             .iter()
             .filter(|z| !matches!(z.zone_type(), ZoneType::HighMem | ZoneType::Movable))
-            .map(|z| z.managed)
-            .sum();
-        let mfk = min_free_kbytes.unwrap_or_else(|| {
-            let lowmem_kbytes = lowmem_pages.saturating_mul(kib_per_page);
-            isqrt(lowmem_kbytes.saturating_mul(16)).clamp(128, 262_144)
-        });
-        self.min_free_kbytes = mfk;
+            .map(|z| z.managed_now())
+            .sum()
+    }
+
+    /// Recomputes `min_free_kbytes` (unless it was given), every zone's
+    /// watermarks, lowmem reserves and per-CPU list sizes from the managed pages
+    /// now: after memory went offline or came back (Linux's
+    /// `init_per_zone_wmark_min()` and `zone_pcp_update()` from
+    /// `online_pages()`/`offline_pages()`).
+    pub(crate) fn resize_watermarks(&self) {
+        let mfk = if self.min_free_kbytes_given {
+            self.min_free_kbytes()
+        } else {
+            self.default_min_free_kbytes()
+        };
+        self.min_free_kbytes.store(mfk, Ordering::Relaxed);
+        self.spread_watermarks(mfk);
+    }
+
+    /// `__setup_per_zone_wmarks()` and `setup_per_zone_lowmem_reserve()` for
+    /// `min_free_kbytes` `mfk`, then `zone_pcp_update()`.
+    fn spread_watermarks(&self, mfk: u64) {
+        let lowmem_pages = self.lowmem_pages();
         let pages_min = mfk * 1024 / self.config.page_size();
         for z in self.zones.iter() {
-            let tmp = (pages_min * z.managed)
-                .checked_div(lowmem_pages)
-                .unwrap_or(0);
+            let managed = z.managed_now();
+            let tmp = (pages_min * managed).checked_div(lowmem_pages).unwrap_or(0);
             let min = if matches!(z.zone_type(), ZoneType::HighMem | ZoneType::Movable) {
-                (z.managed / 1024).clamp(32, 128)
+                (managed / 1024).clamp(32, 128)
             } else {
                 tmp
             };
-            let gap = (tmp >> 2).max(z.managed * self.config.watermark_scale_factor / 10_000);
+            let gap = (tmp >> 2).max(managed * self.config.watermark_scale_factor / 10_000);
             let marks = [min, min + gap, min + 2 * gap, min + 3 * gap];
             for (i, m) in marks.into_iter().enumerate() {
                 z.watermark[i].store(m, Ordering::Relaxed);
@@ -330,8 +365,8 @@ impl<B: Backend> ZoneAllocator<B> {
                     let v = if j <= i {
                         0
                     } else {
-                        sum += nz[j].map_or(0, |k| self.zones[k].managed);
-                        if ratio == 0 || z.managed == 0 {
+                        sum += nz[j].map_or(0, |k| self.zones[k].managed_now());
+                        if ratio == 0 || z.managed_now() == 0 {
                             0
                         } else {
                             sum / ratio
@@ -342,7 +377,6 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         self.zone_pcp_update();
-        Ok(())
     }
 
     /// `zone_set_pageset_high_and_batch()` for every zone and CPU.
@@ -356,15 +390,16 @@ impl<B: Backend> ZoneAllocator<B> {
             } else {
                 let batch = pc
                     .batch
-                    .unwrap_or_else(|| zone_batchsize(z.managed, self.config.page_size()))
+                    .unwrap_or_else(|| zone_batchsize(z.managed_now(), self.config.page_size()))
                     .max(1);
+                let managed = z.managed_now();
                 let (min, max) = if pc.high_fraction >= MIN_PERCPU_PAGELIST_HIGH_FRACTION {
-                    let h = zone_highsize(z.managed / pc.high_fraction, batch, cpus);
+                    let h = zone_highsize(managed / pc.high_fraction, batch, cpus);
                     (h, h)
                 } else {
                     (
                         zone_highsize(z.wmark(Wmark::Low), batch, cpus),
-                        zone_highsize(z.managed / MIN_PERCPU_PAGELIST_HIGH_FRACTION, batch, cpus),
+                        zone_highsize(managed / MIN_PERCPU_PAGELIST_HIGH_FRACTION, batch, cpus),
                     )
                 };
                 let min = pc.high_min.unwrap_or(min);
@@ -653,6 +688,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let short = self.zonelist(req.nid).any(|z| {
             z.zone_type() <= req.highest
                 && z.id.node == req.nid
+                && z.present_now() > 0
                 && z.nr_free_pages() <= z.wmark(Wmark::High)
         });
         if short {
@@ -686,7 +722,8 @@ impl<B: Backend> ZoneAllocator<B> {
             for priority in (0..=crate::shrinker::DEF_PRIORITY).rev() {
                 let s = {
                     let _g = crate::hook::InReclaim::enter(&r.running);
-                    r.shrinkers.shrink(req.gfp, req.nid, priority)
+                    r.shrinkers
+                        .shrink(req.gfp, req.nid, priority, self.node_managed(req.nid))
                 };
                 r.pgscan_direct.inc(s.scanned);
                 r.pgsteal_direct.inc(s.freed);
@@ -710,6 +747,15 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         None
+    }
+
+    /// Managed pages of node `nid` now.
+    pub(crate) fn node_managed(&self, nid: u16) -> u64 {
+        self.zones
+            .iter()
+            .filter(|z| z.id.node == nid)
+            .map(|z| z.managed_now())
+            .sum()
     }
 
     /// `get_page_from_freelist()`: one pass over the zonelist.

@@ -49,8 +49,9 @@
 //! built, so the range returns to the zone it was taken from (a hot-pluggable range
 //! is configured inside a `Movable` zone to be onlined as movable memory).
 //!
-//! Watermarks are not recomputed for the smaller zone (Linux recomputes them):
-//! they stay those of the whole zone, higher than its new size needs.
+//! Both recompute `min_free_kbytes` (unless it was given, as Linux keeps the
+//! administrator's) and the zones' watermarks, lowmem reserves and per-CPU list
+//! sizes from their managed pages now.
 
 use alloc::vec::Vec;
 
@@ -212,7 +213,10 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         match outcome {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.resize_watermarks();
+                Ok(())
+            }
             Err(e) => undo(e),
         }
     }
@@ -365,6 +369,8 @@ impl<B: Backend> ZoneAllocator<B> {
         for (p, o) in chunks(start, nr, z.max_order) {
             zl.free_block_locked(p, o, true);
         }
+        drop(zl);
+        self.resize_watermarks();
         Ok(())
     }
 }

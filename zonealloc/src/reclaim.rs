@@ -184,7 +184,7 @@ impl<B: Backend> ZoneAllocator<B> {
     fn node_balanced(&self, nid: u16) -> bool {
         self.zones
             .iter()
-            .filter(|z| z.id.node == nid && z.present > 0)
+            .filter(|z| z.id.node == nid && z.present_now() > 0)
             .all(|z| z.nr_free_pages() > z.wmark(Wmark::High))
     }
 
@@ -219,7 +219,12 @@ impl<B: Backend> ZoneAllocator<B> {
                 if self.node_balanced(nid) {
                     break;
                 }
-                let s = r.shrinkers.shrink(crate::gfp::Gfp::KERNEL, nid, priority);
+                let s = r.shrinkers.shrink(
+                    crate::gfp::Gfp::KERNEL,
+                    nid,
+                    priority,
+                    self.node_managed(nid),
+                );
                 r.pgscan_kswapd.inc(s.scanned);
                 r.pgsteal_kswapd.inc(s.freed);
                 rep.scanned += s.scanned;

@@ -250,11 +250,14 @@ struct Registered {
     how: Reporter,
     order: Order,
     capacity: usize,
+    /// Which registration this is: a pass stops when it is no longer current.
+    epoch: u64,
 }
 
 /// The allocator's reporting state.
 pub(crate) struct ReportingState {
     registered: Lock<Option<Registered>>,
+    epochs: crate::sync::AtomicU64,
     running: AtomicBool,
     passes: Counter,
     batches: Counter,
@@ -268,6 +271,7 @@ impl ReportingState {
     pub(crate) fn new() -> ReportingState {
         ReportingState {
             registered: Lock::new(None),
+            epochs: crate::sync::AtomicU64::new(0),
             running: AtomicBool::new(false),
             passes: Counter::new(),
             batches: Counter::new(),
@@ -342,6 +346,7 @@ impl<B: Backend> ZoneAllocator<B> {
             how: reporter,
             order,
             capacity: cfg.capacity,
+            epoch: self.reporting.epochs.fetch_add(1, Ordering::Relaxed),
         });
         Ok(())
     }
@@ -435,10 +440,19 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut batch: Vec<(Pfn, Order)> = Vec::with_capacity(cap);
         loop {
             batch.clear();
+            let current = self
+                .reporting
+                .registered
+                .lock()
+                .as_ref()
+                .is_some_and(|g| g.epoch == reg.epoch);
+            if !current {
+                // Unregistered (or registered anew) since the pass began.
+                return Ok(());
+            }
             {
                 let mut zl = z.lock();
                 if zl.area.report.order != r.0 {
-                    // Unregistered (or registered anew) since the pass began.
                     return Ok(());
                 }
                 let budget = budget.get_or_insert_with(|| {
@@ -552,8 +566,17 @@ impl<B: Backend> ZoneAllocator<B> {
             }
             zl.free_block_locked(pfn, o, true);
             if reported && zl.area.report.order == r.0 {
-                let n = zl.area.report.set(z.start_pfn, pfn, o);
-                z.counters.nr_reported.add((n << r.0) as i64);
+                // Each unit of the block is marked only where it now lies in a free
+                // block of at least the reporting order: a block larger than a
+                // pageblock whose pageblocks changed type meanwhile (one isolated)
+                // went back in parts that cannot merge.
+                for k in 0..1u64 << (o.0 - r.0) {
+                    let u = pfn.add(k << r.0);
+                    if zl.free_block_containing(u).is_some_and(|(_, fo)| fo >= r) {
+                        let n = zl.area.report.set(z.start_pfn, u, r);
+                        z.counters.nr_reported.add((n << r.0) as i64);
+                    }
+                }
             }
         }
         z.counters.report_pending.store(pending, Ordering::Relaxed);

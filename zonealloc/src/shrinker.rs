@@ -24,7 +24,9 @@
 //! caught (with `std`) and counts as having freed nothing, and is not called again
 //! in that pass; one that lies about what it freed only misleads the counters (the
 //! reclaimers judge progress by the zones' free pages and by attempts, never loop
-//! on a claim); and one that calls the allocator runs as from any thread, except
+//! on a claim), and one that overstates what it holds is taken at the node's
+//! managed pages, its turn ending at its first `scan` that frees nothing; and one
+//! that calls the allocator runs as from any thread, except
 //! that its allocations do not reclaim in turn (Linux's `PF_MEMALLOC`: no
 //! recursion into reclaim, so no shrinker is re-entered by its own work).
 
@@ -165,14 +167,16 @@ impl Shrinkers {
         self.list.lock().is_empty()
     }
 
-    /// `shrink_slab()`: asks every shrinker at `priority`, for node `nid`.
-    pub(crate) fn shrink(&self, gfp: Gfp, nid: u16, priority: u8) -> Shrunk {
+    /// `shrink_slab()`: asks every shrinker at `priority`, for node `nid`, whose
+    /// managed pages are `managed` (no shrinker can hold more: a larger `count`
+    /// is taken as that).
+    pub(crate) fn shrink(&self, gfp: Gfp, nid: u16, priority: u8, managed: u64) -> Shrunk {
         // Called without the registry's lock: shrinkers may register and
         // unregister (themselves included) from inside.
         let entries: Vec<Arc<Entry>> = self.list.lock().clone();
         let mut out = Shrunk::default();
         for e in entries {
-            let r = shrink_one(&e, gfp, nid, priority);
+            let r = shrink_one(&e, gfp, nid, priority, managed);
             out.scanned += r.scanned;
             out.freed += r.freed;
             out.panicked += r.panicked;
@@ -183,8 +187,10 @@ impl Shrinkers {
     }
 }
 
-/// `do_shrink_slab()` for one shrinker.
-fn shrink_one(e: &Entry, gfp: Gfp, nid: u16, priority: u8) -> Shrunk {
+/// `do_shrink_slab()` for one shrinker. Two guards Linux does without, for
+/// owners that lie: `count` is capped at the node's managed pages, and a `scan`
+/// that frees nothing ends the shrinker's turn, as `SHRINK_STOP` does.
+fn shrink_one(e: &Entry, gfp: Gfp, nid: u16, priority: u8, managed: u64) -> Shrunk {
     let mut sc = ShrinkControl {
         gfp,
         nid,
@@ -194,7 +200,7 @@ fn shrink_one(e: &Entry, gfp: Gfp, nid: u16, priority: u8) -> Shrunk {
     let mut out = Shrunk::default();
     let s = &e.shrinker;
     let freeable = match crate::hook::call(|| s.count(&sc)) {
-        Ok(n) => n,
+        Ok(n) => n.min(managed),
         Err(_) => {
             out.panicked = 1;
             return out;
@@ -216,6 +222,10 @@ fn shrink_one(e: &Entry, gfp: Gfp, nid: u16, priority: u8) -> Shrunk {
     while total >= batch || total >= freeable {
         sc.nr_to_scan = batch.min(total);
         match crate::hook::call(|| s.scan(&sc)) {
+            Ok(Some(0)) => {
+                out.scanned += sc.nr_to_scan;
+                break;
+            }
             Ok(Some(freed)) => out.freed += freed.min(sc.nr_to_scan),
             Ok(None) => break,
             Err(_) => {

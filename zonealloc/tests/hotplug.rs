@@ -90,6 +90,7 @@ fn a_free_range_goes_offline_and_comes_back() {
     let za = allocator();
     let managed = za.managed_pages();
     let buddy = za.buddyinfo();
+    let marks = za.watermarks(za.zones().next().unwrap().0).unwrap();
     let start = Pfn(8 * PB);
     za.offline_pages(start, 4 * PB).unwrap();
     assert_eq!(za.managed_pages(), managed - 4 * PB);
@@ -115,7 +116,14 @@ fn a_free_range_goes_offline_and_comes_back() {
         Err(OfflineError::Hole(start)),
         "offline twice"
     );
+    // The smaller zone's watermarks are recomputed from its managed pages.
+    let id = za.zones().next().unwrap().0;
+    assert!(
+        za.watermarks(id).unwrap()[2] < marks[2],
+        "high watermark lowered"
+    );
     za.online_pages(start, 4 * PB).unwrap();
+    assert_eq!(za.watermarks(id).unwrap(), marks, "and restored");
     assert_eq!(
         za.online_pages(start, PB),
         Err(OfflineError::NotOffline(start))

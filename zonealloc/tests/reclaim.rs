@@ -29,6 +29,8 @@ enum Mode {
     Lies,
     PanicsInScan,
     PanicsInCount,
+    /// Says it holds `u64::MAX` pages, frees nothing.
+    Overstates,
 }
 
 /// A buffer pool: pages it caches, which it frees when asked.
@@ -84,6 +86,9 @@ impl Shrinker for Pool {
         if self.mode == Mode::Lies {
             return 1 << 20;
         }
+        if self.mode == Mode::Overstates {
+            return u64::MAX;
+        }
         self.len()
     }
 
@@ -98,6 +103,7 @@ impl Shrinker for Pool {
                 induced_panic()
             }
             Mode::Lies => Some(sc.nr_to_scan),
+            Mode::Overstates => Some(0),
             _ => {
                 let za = za.expect("the pool is live while registered");
                 if self.allocates.load(Ordering::Relaxed) {
@@ -207,6 +213,27 @@ fn shrinkers_that_panic_or_lie_cost_no_frame_and_no_hang() {
         good.empty();
         bad.za.lock().unwrap().take();
     }
+}
+
+#[test]
+fn a_shrinker_that_overstates_what_it_holds_is_asked_a_bounded_number_of_times() {
+    let za = allocator();
+    let bad = Pool::new(&za, Mode::Overstates);
+    za.register_shrinker(bad.clone(), ShrinkerConfig::default());
+    bad.fill(&za);
+    assert_eq!(
+        za.alloc_pages(Gfp::KERNEL, Order(6)),
+        Err(AllocError::NoMemory { order: Order(6) })
+    );
+    // One `scan` a priority (its first frees nothing), one pass (nothing freed).
+    let scans = bad.scans.load(Ordering::Relaxed);
+    assert!(
+        (1..=u64::from(DEF_PRIORITY) + 1).contains(&scans),
+        "{scans} scans"
+    );
+    assert_eq!(za.balance_node(0).unwrap().freed, 0);
+    ledger(&za, bad.len(), 0);
+    bad.empty();
 }
 
 #[test]

@@ -14,8 +14,8 @@ use zonealloc::reporting::{
     PageReporter, ReportRefused, Reporter, ReportingConfig, ReportingError,
 };
 use zonealloc::{
-    AbstractFrames, ArenaOptions, Config, DebugConfig, FrameState, FreeError, Gfp, Order, Pfn,
-    ZoneAllocator,
+    AbstractFrames, ArenaOptions, Config, DebugConfig, FrameState, FreeError, Gfp, OfflineError,
+    Order, Pfn, ZoneAllocator,
 };
 
 use induced_panic::induced_panic;
@@ -579,4 +579,119 @@ proptest! {
             prop_assert_eq!(r.reporting_pages, 0);
         }
     }
+}
+
+/// Reports blocks at once, but holds the one at `hold`: says it has it
+/// (`reached`), then waits for the test (`go`).
+struct Holding {
+    hold: Pfn,
+    reached: std::sync::Barrier,
+    go: Arc<std::sync::Barrier>,
+}
+
+impl PageReporter for Holding {
+    fn report(&self, blocks: &[(Pfn, Order)]) -> Result<(), ReportRefused> {
+        if blocks.iter().any(|&(p, _)| p == self.hold) {
+            self.reached.wait();
+            self.go.wait();
+        }
+        Ok(())
+    }
+}
+
+/// An owner of one movable page that waits for the test before moving it.
+struct SlowOwner {
+    page: Mutex<Pfn>,
+    go: Arc<std::sync::Barrier>,
+}
+
+impl zonealloc::Migrate for SlowOwner {
+    fn relocate(&self, old: Pfn, new: Pfn, _order: Order) -> zonealloc::MigrateOutcome {
+        self.go.wait();
+        let mut p = self.page.lock().unwrap();
+        if *p == old {
+            *p = new;
+            zonealloc::MigrateOutcome::Moved
+        } else {
+            zonealloc::MigrateOutcome::Refused
+        }
+    }
+}
+
+#[test]
+fn a_block_above_pageblock_order_put_back_in_parts_is_not_marked_whole() {
+    // Reporting order 10, pageblocks of order 9. While an order-10 block B is out
+    // with its reporter, another thread takes B's upper pageblock and the next one
+    // offline (isolating them, then waiting in an owner's migration callback), so
+    // that B goes back as two order-9 halves that cannot merge: neither half may
+    // be marked as a reported order-10 unit.
+    let za = Arc::new(ZoneAllocator::new(Config::with_bytes(BYTES)).unwrap());
+    // A movable page at the start of an order-10 block, with a free order-10 block
+    // below it.
+    let mut spare = Vec::new();
+    let p = loop {
+        let p = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
+        if p.0.is_multiple_of(1024) && p.0 >= 4096 {
+            break p;
+        }
+        spare.push(p);
+    };
+    for q in spare {
+        za.free_pages(q, Order(0)).unwrap();
+    }
+    za.drain_all_pages();
+    let b = Pfn(p.0 - 1024);
+    assert_eq!(
+        za.frame_state(b),
+        Some(FrameState::Free { order: Order(10) })
+    );
+    let go = Arc::new(std::sync::Barrier::new(3));
+    let rep = Arc::new(Holding {
+        hold: b,
+        reached: std::sync::Barrier::new(2),
+        go: go.clone(),
+    });
+    za.register_page_reporting(
+        Reporter::Hook(rep.clone()),
+        ReportingConfig {
+            order: Some(Order(10)),
+            capacity: 1,
+        },
+    )
+    .unwrap();
+    let owner = Arc::new(SlowOwner {
+        page: Mutex::new(p),
+        go: go.clone(),
+    });
+    za.set_migrator(Some(owner.clone()));
+    let offliner = {
+        let za = za.clone();
+        let rep = rep.clone();
+        std::thread::spawn(move || {
+            rep.reached.wait();
+            za.offline_pages(Pfn(b.0 + 512), 1024)
+        })
+    };
+    let pass = {
+        let za = za.clone();
+        std::thread::spawn(move || za.report_free_pages())
+    };
+    // Both wait at `go`: the reporter with B out, the offlining inside the owner's
+    // callback with both pageblocks isolated. Release them together.
+    go.wait();
+    pass.join().unwrap().unwrap();
+    let off = offliner.join().unwrap();
+    assert!(
+        matches!(off, Ok(()) | Err(OfflineError::Busy(_))),
+        "{off:?}"
+    );
+    za.drain_all_pages();
+    za.check_invariants().unwrap();
+    if off.is_ok() {
+        za.online_pages(Pfn(b.0 + 512), 1024).unwrap();
+    }
+    za.set_migrator(None);
+    let q = *owner.page.lock().unwrap();
+    za.free_pages(q, Order(0)).unwrap();
+    za.check_invariants().unwrap();
 }
