@@ -422,13 +422,19 @@ fn passes_beside_allocating_threads_lose_and_duplicate_nothing() {
     za.register_page_reporting(Reporter::Hook(rec.clone()), cfg(4))
         .unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Passes run so far: the workers go on until 20 have run beside them, however
+    // the threads are scheduled.
+    let passes = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let workers: Vec<_> = (0..3)
         .map(|t| {
             let za = za.clone();
+            let passes = passes.clone();
             std::thread::spawn(move || {
                 let mut rng = rng::Rng::new(t);
                 let mut held: Vec<(Pfn, Order)> = Vec::new();
-                for _ in 0..20_000 {
+                let mut ops = 0u64;
+                while ops < 20_000 || passes.load(std::sync::atomic::Ordering::Relaxed) < 20 {
+                    ops += 1;
                     if held.len() < 64 && rng.chance(55) {
                         let o = Order([0, 0, 0, 1, 3, 9, 10][rng.below(7) as usize]);
                         if let Ok(p) = za.alloc_pages(Gfp::KERNEL, o) {
@@ -449,20 +455,20 @@ fn passes_beside_allocating_threads_lose_and_duplicate_nothing() {
     let reporter = {
         let za = za.clone();
         let stop = stop.clone();
+        let passes = passes.clone();
         std::thread::spawn(move || {
-            let mut passes = 0u32;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 za.report_free_pages().unwrap();
-                passes += 1;
+                passes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            passes
         })
     };
     for w in workers {
         w.join().unwrap();
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(reporter.join().unwrap() > 0);
+    reporter.join().unwrap();
+    assert!(passes.load(std::sync::atomic::Ordering::Relaxed) >= 20);
     za.drain_all_pages();
     let c = za.check_invariants().unwrap();
     assert_eq!(c.free_pages, za.managed_pages(), "every frame free again");
