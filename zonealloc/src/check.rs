@@ -246,19 +246,12 @@ fn check_zone(
     // Frame walk: heads and their tails, in address order.
     let mut i = 0u32;
     let n = t.len() as u32;
-    let offline_block = |pfn: Pfn| {
-        let b = z.blocks.index(pfn);
-        zl.area
-            .offline
-            .get(b / 64)
-            .is_some_and(|w| w & (1u64 << (b % 64)) != 0)
-    };
     let mut offline = 0u64;
     while i < n {
         let pfn = z.pfn_of(i);
         let w = t.word(i);
         c.report.frames += 1;
-        let off = offline_block(pfn);
+        let off = zl.is_offline(pfn);
         if off {
             c.ensure(w.tag() == Tag::Hole, Some(pfn), || {
                 "a frame of an offline pageblock is not a hole".into()

@@ -163,6 +163,51 @@ impl Drop for InReclaim<'_> {
     }
 }
 
+/// A background thread of the allocator's (the reporting worker, kswapd): it
+/// runs its body until the body returns or the handle is dropped, which sets
+/// the stop flag the body polls, unparks the thread and joins it.
+#[cfg(all(feature = "std", not(loom)))]
+pub(crate) struct Background {
+    stop: alloc::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[cfg(all(feature = "std", not(loom)))]
+impl Background {
+    /// Starts thread `name` running `body(stop)`; the body returns once `stop`
+    /// reads `true` after a wake-up.
+    pub(crate) fn spawn(
+        name: &str,
+        body: impl FnOnce(&std::sync::atomic::AtomicBool) + Send + 'static,
+    ) -> std::io::Result<Background> {
+        let stop = alloc::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || body(&s))?;
+        Ok(Background {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The thread, to unpark.
+    pub(crate) fn thread(&self) -> Option<&std::thread::Thread> {
+        self.thread.as_ref().map(|t| t.thread())
+    }
+}
+
+#[cfg(all(feature = "std", not(loom)))]
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(all(test, feature = "std", not(loom)))]
 mod tests {
     use super::*;

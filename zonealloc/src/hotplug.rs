@@ -255,23 +255,22 @@ impl<B: Backend> ZoneAllocator<B> {
                 self.putback_movable(z, pfn);
                 return Err(OfflineError::NoMemory(pfn));
             };
-            let step = self.migrate_isolated(z, pfn, target, order, m);
             let c = &self.compact.counters;
-            match step {
-                Step::Moved => c.migrated.inc(order.nr_pages()),
-                Step::Refused | Step::Panicked => c.refused.inc(order.nr_pages()),
-                Step::Freed => {}
-            }
-            match step {
-                Step::Moved => {}
-                Step::Freed => z.lock().free_block_locked(target, order, false),
-                Step::Refused => {
-                    z.lock().free_block_locked(target, order, false);
-                    return Err(OfflineError::OwnerRefused(pfn));
+            let failed = match self.migrate_isolated(z, pfn, target, order, m) {
+                Step::Moved => {
+                    c.migrated.inc(order.nr_pages());
+                    None
                 }
-                Step::Panicked => {
-                    z.lock().free_block_locked(target, order, false);
-                    return Err(OfflineError::OwnerPanicked(pfn));
+                Step::Freed => Some(None),
+                Step::Refused => Some(Some(OfflineError::OwnerRefused(pfn))),
+                Step::Panicked => Some(Some(OfflineError::OwnerPanicked(pfn))),
+            };
+            // The target is still ours unless the block moved into it.
+            if let Some(e) = failed {
+                z.lock().free_block_locked(target, order, false);
+                if let Some(e) = e {
+                    c.refused.inc(order.nr_pages());
+                    return Err(e);
                 }
             }
             p += order.nr_pages();
@@ -318,13 +317,8 @@ impl<B: Backend> ZoneAllocator<B> {
             t.set_word(z.idx(Pfn(q)), Word::HOLE);
         }
         let pb = z.pageblock_order.nr_pages();
-        let bits = &mut zl.area.offline;
         for b in (start..end).step_by(pb as usize) {
-            let i = z.blocks.index(Pfn(b));
-            if bits.len() <= i / 64 {
-                bits.resize(i / 64 + 1, 0);
-            }
-            bits[i / 64] |= 1u64 << (i % 64);
+            zl.set_offline(Pfn(b), true);
         }
         z.counters.nr_offline.add((end - start) as i64);
         Ok(())
@@ -341,22 +335,12 @@ impl<B: Backend> ZoneAllocator<B> {
         let end = start.0 + nr;
         let pb = z.pageblock_order.nr_pages();
         let mut zl = z.lock();
-        let offline = |zl: &crate::zone::ZoneLocked<'_>, b: u64| {
-            let i = z.blocks.index(Pfn(b));
-            zl.area
-                .offline
-                .get(i / 64)
-                .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
-        };
-        if let Some(b) = (start.0..end)
-            .step_by(pb as usize)
-            .find(|&b| !offline(&zl, b))
-        {
-            return Err(OfflineError::NotOffline(Pfn(b)));
+        let blocks = (start.0..end).step_by(pb as usize).map(Pfn);
+        if let Some(b) = blocks.clone().find(|&b| !zl.is_offline(b)) {
+            return Err(OfflineError::NotOffline(b));
         }
-        for b in (start.0..end).step_by(pb as usize) {
-            let i = z.blocks.index(Pfn(b));
-            zl.area.offline[i / 64] &= !(1u64 << (i % 64));
+        for b in blocks {
+            zl.set_offline(b, false);
         }
         z.counters.nr_offline.add(-(nr as i64));
         let t = &z.frames;

@@ -258,8 +258,7 @@ impl<B: Backend> ZoneAllocator<B> {
 /// dropped, or when the allocator is gone.
 #[cfg(all(feature = "std", not(loom)))]
 pub struct KswapdWorker {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<crate::hook::Background>,
     /// Frees the allocator's worker slot, so that another may start.
     release: Option<alloc::boxed::Box<dyn FnOnce() + Send>>,
 }
@@ -280,16 +279,11 @@ impl KswapdWorker {
             return Err(ReclaimError::AlreadyRunning);
         }
         let weak = Arc::downgrade(za);
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
         let w = weak.clone();
-        let thread = std::thread::Builder::new()
-            .name("kswapd".into())
-            .spawn(move || kswapd_loop(w, s))
+        let thread = crate::hook::Background::spawn("kswapd", move |stop| kswapd_loop(w, stop))
             .map_err(|_| ReclaimError::Spawn)?;
-        *slot = Some(thread.thread().clone());
+        *slot = thread.thread().cloned();
         Ok(KswapdWorker {
-            stop,
             thread: Some(thread),
             release: Some(alloc::boxed::Box::new(move || {
                 if let Some(za) = weak.upgrade() {
@@ -304,7 +298,7 @@ impl KswapdWorker {
 #[cfg(all(feature = "std", not(loom)))]
 fn kswapd_loop<B: Backend>(
     weak: alloc::sync::Weak<ZoneAllocator<B>>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    stop: &std::sync::atomic::AtomicBool,
 ) {
     use std::sync::atomic::Ordering as O;
     const NAP: std::time::Duration = std::time::Duration::from_millis(100);
@@ -348,11 +342,8 @@ fn kswapd_loop<B: Backend>(
 #[cfg(all(feature = "std", not(loom)))]
 impl Drop for KswapdWorker {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
+        // Stopped and joined first, then the slot freed.
+        drop(self.thread.take());
         if let Some(r) = self.release.take() {
             r();
         }

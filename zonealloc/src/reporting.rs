@@ -87,7 +87,7 @@ use alloc::vec::Vec;
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::counter::Counter;
-use crate::frame::{Tag, Word};
+use crate::frame::Word;
 use crate::sync::{AtomicBool, Lock, Ordering};
 use crate::types::{Migratetype, Order, Pfn, Wmark, MIGRATE_TYPES};
 use crate::zone::Zone;
@@ -559,7 +559,6 @@ impl<B: Backend> ZoneAllocator<B> {
         for &(pfn, o) in batch {
             let idx = z.idx(pfn);
             debug_assert_eq!(z.frames.word(idx), Word::frozen(o));
-            debug_assert_eq!(z.frames.word(idx).tag(), Tag::Frozen);
             let fl = &mut zl.area.report.in_flight;
             if let Some(k) = fl.iter().position(|&i| i == idx) {
                 fl.swap_remove(k);
@@ -588,8 +587,7 @@ impl<B: Backend> ZoneAllocator<B> {
 /// thread) when dropped, or when the allocator is gone.
 #[cfg(all(feature = "std", not(loom)))]
 pub struct PageReportingWorker {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _thread: crate::hook::Background,
 }
 
 #[cfg(all(feature = "std", not(loom)))]
@@ -605,35 +603,17 @@ impl PageReportingWorker {
         delay: core::time::Duration,
     ) -> std::io::Result<PageReportingWorker> {
         let weak = Arc::downgrade(za);
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("page-reporting".into())
-            .spawn(move || loop {
-                std::thread::park_timeout(delay);
-                if s.load(std::sync::atomic::Ordering::Acquire) {
-                    return;
-                }
-                let Some(za) = weak.upgrade() else { return };
-                if za.page_reporting_pending() {
-                    // A refusal or a panic ends this pass; the next free tries again.
-                    let _ = za.report_free_pages();
-                }
-            })?;
-        Ok(PageReportingWorker {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-#[cfg(all(feature = "std", not(loom)))]
-impl Drop for PageReportingWorker {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            t.thread().unpark();
-            let _ = t.join();
-        }
+        let t = crate::hook::Background::spawn("page-reporting", move |stop| loop {
+            std::thread::park_timeout(delay);
+            if stop.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+            let Some(za) = weak.upgrade() else { return };
+            if za.page_reporting_pending() {
+                // A refusal or a panic ends this pass; the next free tries again.
+                let _ = za.report_free_pages();
+            }
+        })?;
+        Ok(PageReportingWorker { _thread: t })
     }
 }

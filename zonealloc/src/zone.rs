@@ -239,6 +239,31 @@ pub(crate) struct ZoneLocked<'a> {
     pub area: LockGuard<'a, FreeArea>,
 }
 
+impl ZoneLocked<'_> {
+    /// Whether the pageblock holding `pfn` is offline (see `hotplug`).
+    pub(crate) fn is_offline(&self, pfn: Pfn) -> bool {
+        let b = self.zone.blocks.index(pfn);
+        self.area
+            .offline
+            .get(b / 64)
+            .is_some_and(|w| w & (1u64 << (b % 64)) != 0)
+    }
+
+    /// Marks the pageblock holding `pfn` offline or online.
+    pub(crate) fn set_offline(&mut self, pfn: Pfn, on: bool) {
+        let b = self.zone.blocks.index(pfn);
+        let bits = &mut self.area.offline;
+        if bits.len() <= b / 64 {
+            bits.resize(b / 64 + 1, 0);
+        }
+        if on {
+            bits[b / 64] |= 1u64 << (b % 64);
+        } else {
+            bits[b / 64] &= !(1u64 << (b % 64));
+        }
+    }
+}
+
 impl Drop for ZoneLocked<'_> {
     fn drop(&mut self) {
         // Runs before `area` (the lock guard) is dropped: the write section closes
