@@ -297,6 +297,7 @@ const MOVABLE: RGBColor = RGBColor(0x2c, 0xa0, 0x2c);
 const RECLAIMABLE: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
 const HIGHATOMIC: RGBColor = RGBColor(0x94, 0x67, 0xbd);
 const ISOLATE: RGBColor = RGBColor(0x8c, 0x56, 0x4b);
+const CMA: RGBColor = RGBColor(0x17, 0xbe, 0xcf);
 const UNKNOWN: RGBColor = RGBColor(0x70, 0x70, 0x70);
 const HOLE: RGBColor = RGBColor(0x30, 0x30, 0x30);
 const EDGE: RGBColor = RGBColor(0xc8, 0xc8, 0xc8);
@@ -317,6 +318,7 @@ fn mt_colour(mt: Option<Migratetype>) -> RGBColor {
         Some(Migratetype::Movable) => MOVABLE,
         Some(Migratetype::Reclaimable) => RECLAIMABLE,
         Some(Migratetype::HighAtomic) => HIGHATOMIC,
+        Some(Migratetype::Cma) => CMA,
         Some(Migratetype::Isolate) => ISOLATE,
         None => UNKNOWN,
     }
@@ -577,9 +579,13 @@ where
         .draw(&text("Colour: the pageblock's migratetype", 10, y, 18))
         .map_err(e)?;
     y += 30;
+    // CMA only where an area is configured, as the kernel prints it.
     for mt in Migratetype::ALL {
-        swatch(y, mt_colour(Some(mt)))?;
         let n = map.pageblocks_of(mt);
+        if mt == Migratetype::Cma && n == 0 {
+            continue;
+        }
+        swatch(y, mt_colour(Some(mt)))?;
         let label = format!(
             "{} ({n} pageblock{})",
             mt.name(),

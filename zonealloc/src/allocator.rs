@@ -41,8 +41,8 @@ use crate::debug::DebugState;
 use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
 use crate::frame::{
-    FrameState, Tag, Word, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING, FLAG_VMALLOC,
-    MIGRATING_BASE, REFCOUNT_MAX,
+    FrameState, Tag, Word, FLAG_CMA, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING,
+    FLAG_VMALLOC, MIGRATING_BASE, REFCOUNT_MAX,
 };
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{
@@ -99,6 +99,8 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// Reclaim: the shrinkers, kswapd's wake-ups, the counters (see `shrinker`,
     /// `reclaim`).
     pub(crate) reclaim: crate::shrinker::ReclaimState,
+    /// Contiguous memory areas (see `cma`).
+    pub(crate) cma: crate::cma::CmaState,
 }
 
 impl ZoneAllocator<AbstractFrames> {
@@ -172,6 +174,7 @@ impl<B: Backend> ZoneAllocator<B> {
                     config.pageblock_order,
                     config.mobility_grouping,
                     config.nr_cpus,
+                    !config.cma.is_empty(),
                 )?);
             }
             node_zones.push(nz);
@@ -179,6 +182,7 @@ impl<B: Backend> ZoneAllocator<B> {
         for z in zones.iter_mut() {
             z.boost_factor = config.watermark_boost_factor;
         }
+        crate::cma::mark_areas(&config.cma, &mut zones);
         for z in &zones {
             z.lock().release_initial_frames();
         }
@@ -244,6 +248,7 @@ impl<B: Backend> ZoneAllocator<B> {
         });
         let debug = config.debug;
         let compact = crate::compact_state::CompactState::new(&zones);
+        let cma = crate::cma::CmaState::new(&config.cma, &zones);
         let mut za = ZoneAllocator {
             min_free_kbytes: core::sync::atomic::AtomicU64::new(0),
             min_free_kbytes_given: false,
@@ -262,6 +267,7 @@ impl<B: Backend> ZoneAllocator<B> {
             compact,
             reporting: crate::reporting::ReportingState::new(),
             reclaim: crate::shrinker::ReclaimState::new(nr_nodes),
+            cma,
         };
         za.setup_watermarks(za.config.min_free_kbytes)?;
         za.debug.init_free_memory(&za.backend, &za.zones);
@@ -1409,12 +1415,13 @@ impl<B: Backend> ZoneAllocator<B> {
 
 /// The head flags that name a block's owner (a guard, a page_frag cache, a
 /// vmalloc area): a block carrying one answers to that owner alone.
-const OWNER_FLAGS: u8 = FLAG_GUARDED | FLAG_FRAG | FLAG_VMALLOC;
+const OWNER_FLAGS: u8 = FLAG_GUARDED | FLAG_FRAG | FLAG_VMALLOC | FLAG_CMA;
 
 /// Whether `by` may change the allocated head word `w` (of the block at `pfn`):
 /// a guarded block answers to its guard alone and a guard only to it; a page_frag
 /// cache's block answers to the fragment paths alone; a vmalloc area's page
-/// answers to vmalloc alone, and vmalloc only to its own pages.
+/// answers to vmalloc alone, and vmalloc only to its own pages; a `cma_alloc`
+/// page to none of them.
 #[inline]
 fn owner_check(w: Word, by: Holder, pfn: Pfn) -> Result<(), FreeError> {
     if (w.flags() & FLAG_GUARDED != 0) != (by == Holder::Guard) {
@@ -1424,6 +1431,11 @@ fn owner_check(w: Word, by: Holder, pfn: Pfn) -> Result<(), FreeError> {
         return Err(FreeError::Busy(pfn));
     }
     if (w.flags() & FLAG_VMALLOC != 0) != (by == Holder::Vmalloc) {
+        return Err(FreeError::Busy(pfn));
+    }
+    // A `cma_alloc` page answers to `cma_release` alone, which frees it through
+    // the multi-page path, never through a head-word update.
+    if w.flags() & FLAG_CMA != 0 {
         return Err(FreeError::Busy(pfn));
     }
     Ok(())

@@ -71,6 +71,7 @@ const FALLBACKS: [[Migratetype; 2]; 3] = [
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum RmqueueMode {
     Normal,
+    Cma,
     Claim,
     Steal,
 }
@@ -90,6 +91,7 @@ enum Fallback {
 pub(crate) struct FreeDelta {
     free: i64,
     highatomic: i64,
+    cma: i64,
 }
 
 impl FreeDelta {
@@ -103,6 +105,9 @@ impl FreeDelta {
         if mt == Migratetype::HighAtomic {
             self.highatomic += nr;
         }
+        if mt == Migratetype::Cma {
+            self.cma += nr;
+        }
         self
     }
 
@@ -115,6 +120,9 @@ impl FreeDelta {
         }
         if self.highatomic != 0 {
             c.nr_free_highatomic.add(self.highatomic);
+        }
+        if self.cma != 0 {
+            c.nr_free_cma.add(self.cma);
         }
     }
 }
@@ -801,10 +809,17 @@ impl ZoneLocked<'_> {
         let mut mode = RmqueueMode::Normal;
         let mut got = 0;
         while got < count {
-            let mask = self.area.nonempty[mt.idx()] >> order.0;
+            // A run from CMA lists first where `rmqueue` would take its block
+            // there (see `cma_first`), else from the request's own type.
+            let src = if self.cma_first(order, flags) {
+                Migratetype::Cma
+            } else {
+                mt
+            };
+            let mask = self.area.nonempty[src.idx()] >> order.0;
             if mode == RmqueueMode::Normal && mask != 0 {
                 let cur = Order(order.0 + mask.trailing_zeros() as u8);
-                let Some(pfn) = self.first_free(cur, mt) else {
+                let Some(pfn) = self.first_free(cur, src) else {
                     break;
                 };
                 let size = u32::from(cur.0 - order.0);
@@ -813,7 +828,7 @@ impl ZoneLocked<'_> {
                 } else {
                     crate::types::ilog2(count - got).min(size)
                 };
-                self.del_and_expand(pfn, Order(order.0 + k as u8), cur, mt);
+                self.del_and_expand(pfn, Order(order.0 + k as u8), cur, src);
                 put(pfn, 1 << k);
                 got += 1 << k;
                 continue;
@@ -836,9 +851,22 @@ impl ZoneLocked<'_> {
         flags: AllocFlags,
         mode: &mut RmqueueMode,
     ) -> Option<Pfn> {
+        if self.cma_first(order, flags) {
+            if let Some(p) = self.rmqueue_smallest(order, Migratetype::Cma) {
+                return Some(p);
+            }
+        }
         if *mode == RmqueueMode::Normal {
             if let Some(p) = self.rmqueue_smallest(order, mt) {
                 return Some(p);
+            }
+            *mode = RmqueueMode::Cma;
+        }
+        if *mode == RmqueueMode::Cma {
+            if flags.has(AllocFlags::CMA) {
+                if let Some(p) = self.rmqueue_smallest(order, Migratetype::Cma) {
+                    return Some(p);
+                }
             }
             *mode = RmqueueMode::Claim;
         }
@@ -855,6 +883,18 @@ impl ZoneLocked<'_> {
             }
         }
         None
+    }
+
+    /// Whether a request that may use CMA pages takes them before its own type's
+    /// (`__rmqueue()`'s balance): when more than half the zone's free pages are
+    /// CMA pages, so that movable allocations spread over the areas instead of
+    /// leaving them idle while the rest of the zone runs out.
+    #[inline]
+    fn cma_first(&self, order: Order, flags: AllocFlags) -> bool {
+        let c = &self.zone.counters;
+        flags.has(AllocFlags::CMA)
+            && self.area.nonempty[Migratetype::Cma.idx()] >> order.0 != 0
+            && c.nr_free_cma.get() > c.nr_free_pages.get() / 2
     }
 
     /// `should_try_claim_block()`: small movable requests only borrow.

@@ -22,7 +22,7 @@ use core::fmt;
 
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
-use crate::frame::{Tag, Word};
+use crate::frame::{Tag, Word, FLAG_CMA};
 use crate::pageblock::COUNTED;
 use crate::types::{Migratetype, Order, Pfn, MIGRATE_TYPES};
 use crate::zone::ZoneLocked;
@@ -58,6 +58,8 @@ pub struct InvariantReport {
     pub reporting_pages: u64,
     /// Frames taken offline (`offline_pages`): holes until onlined.
     pub offline_pages: u64,
+    /// Frames `cma_alloc` handed out: a part of `allocated_pages`.
+    pub cma_pages: u64,
     /// Individual assertions evaluated.
     pub checks: u64,
 }
@@ -139,7 +141,58 @@ impl<B: Backend> ZoneAllocator<B> {
             })?;
             check_zone(&zl, &mut c, &census)?;
         }
+        self.check_cma(&mut report)?;
         Ok(report)
+    }
+
+    /// Each CMA area: its pageblocks are `Cma`, and (unless a `cma_alloc` of it
+    /// is under way) its frames held in the bitmap are exactly its `cma_alloc`
+    /// pages, as many as its `allocated` count.
+    fn check_cma(&self, report: &mut InvariantReport) -> Result<(), InvariantViolation> {
+        let mut c = Checker { report };
+        let mut in_areas = 0;
+        for (k, a) in self.cma.areas.iter().enumerate() {
+            let z = &self.zones[a.zone];
+            let pb = z.pageblock_order.nr_pages();
+            for b in (a.base.0..a.base.0 + a.count).step_by(pb as usize) {
+                c.ensure(
+                    z.blocks.base_migratetype(Pfn(b)) == Migratetype::Cma,
+                    Some(Pfn(b)),
+                    || format!("pageblock of CMA area {k} is not of type CMA"),
+                )?;
+            }
+            let Some(_serial) = a.contig.try_lock() else {
+                continue;
+            };
+            let b = a.bitmap.lock();
+            let bits = &b.bits;
+            let mut held = 0;
+            for i in 0..a.count {
+                let p = a.base.add(i);
+                let w = z.frames.word(z.idx(p));
+                let is_cma = w.tag() == Tag::Alloc && w.flags() & FLAG_CMA != 0;
+                let bit = bits[(i / 64) as usize] & (1 << (i % 64)) != 0;
+                c.ensure(bit == is_cma, Some(p), || {
+                    format!("CMA area {k}: bitmap says {bit}, the frame is {w:?}")
+                })?;
+                held += u64::from(bit);
+            }
+            c.ensure(held == b.allocated, None, || {
+                format!(
+                    "CMA area {k}: {held} frames held, allocated says {}",
+                    b.allocated
+                )
+            })?;
+            in_areas += held;
+        }
+        // Every `cma_alloc` page lies in an area (counted by the frame walk).
+        if self.cma.areas.iter().all(|a| a.contig.try_lock().is_some()) {
+            let walked = c.report.cma_pages;
+            c.ensure(walked == in_areas, None, || {
+                format!("{walked} cma_alloc pages, {in_areas} held by the areas")
+            })?;
+        }
+        Ok(())
     }
 
     /// A hash of every frame's state and links, every list head, every counter and
@@ -183,6 +236,7 @@ impl<B: Backend> ZoneAllocator<B> {
             for &w in &zl.area.offline {
                 h.add(w);
             }
+            h.add(z.counters.nr_free_cma.get());
             h.add(z.counters.nr_offline.get());
             for b in 0..z.blocks.len() {
                 h.add(z.blocks.raw(b) as u64);
@@ -205,6 +259,13 @@ impl<B: Backend> ZoneAllocator<B> {
             ] {
                 h.add(v.get());
             }
+        }
+        for a in self.cma.areas.iter() {
+            let b = a.bitmap.lock();
+            for &w in &b.bits {
+                h.add(w);
+            }
+            h.add(b.allocated);
         }
         h.0
     }
@@ -238,6 +299,7 @@ fn check_zone(
     let pb = z.pageblock_order;
     let mut free_per = [[0u64; MIGRATE_TYPES]; crate::types::NR_ORDERS_MAX];
     let (mut free_pages, mut highatomic, mut blocks_pages) = (0u64, 0u64, 0u64);
+    let mut cma_free = 0u64;
     let mut present = 0u64;
     let mut frames_in_blocks = 0u64;
     let pcp_blocks_before = c.report.pcp_blocks;
@@ -317,6 +379,9 @@ fn check_zone(
                 if mt == Migratetype::HighAtomic {
                     highatomic += nr;
                 }
+                if mt == Migratetype::Cma {
+                    cma_free += nr;
+                }
                 c.report.free_blocks += 1;
                 c.report.free_pages += nr;
                 let rep = &zl.area.report;
@@ -355,6 +420,14 @@ fn check_zone(
                 })?;
                 c.report.allocated_blocks += 1;
                 c.report.allocated_pages += nr;
+                if w.flags() & FLAG_CMA != 0 {
+                    c.ensure(
+                        order.0 == 0 && z.blocks.base_migratetype(pfn) == Migratetype::Cma,
+                        Some(pfn),
+                        || "a cma_alloc page outside a CMA pageblock, or not order 0".into(),
+                    )?;
+                    c.report.cma_pages += 1;
+                }
             }
             Tag::Cached => {
                 c.report.cached_blocks += 1;
@@ -484,6 +557,18 @@ fn check_zone(
     })?;
     c.ensure(zc.nr_free_highatomic.get() == highatomic, None, || {
         "nr_free_highatomic != recount".into()
+    })?;
+    c.ensure(zc.nr_free_cma.get() == cma_free, None, || {
+        format!("nr_free_cma {} != recount {cma_free}", zc.nr_free_cma.get())
+    })?;
+    let cma_blocks = (0..z.blocks.len())
+        .filter(|&b| z.blocks.base_migratetype(z.blocks.first_pfn_of(b)) == Migratetype::Cma)
+        .count() as u64;
+    c.ensure(cma_blocks << pb.0 == z.cma_pages, None, || {
+        format!(
+            "{:?}: {cma_blocks} CMA pageblocks, cma_pages {}",
+            z.id, z.cma_pages
+        )
     })?;
     c.ensure(zc.nr_free_pages_blocks.get() == blocks_pages, None, || {
         "nr_free_pages_blocks != recount".into()

@@ -674,7 +674,9 @@ impl<B: Backend> ZoneAllocator<B> {
         let c = &z.counters.nr_free;
         let pb = z.pageblock_order;
         for o in order.idx()..=z.max_order.idx() {
-            if c[o][Migratetype::Movable.idx()].get() > 0 {
+            // A movable request may take a free CMA block too.
+            if c[o][Migratetype::Movable.idx()].get() > 0 || c[o][Migratetype::Cma.idx()].get() > 0
+            {
                 return Some(CompactResult::Success);
             }
             // A whole free pageblock of another ordinary type can be claimed.
@@ -913,13 +915,13 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 }
 
-/// `suitable_migration_target()`: free blocks of movable pageblocks, so that
-/// movable pages stay grouped; never isolated or highatomic ones. At the highest
+/// `suitable_migration_target()`: free blocks of movable pageblocks (CMA ones
+/// included: `is_migrate_movable()`), so that movable pages stay grouped; never
+/// isolated or highatomic ones. At the highest
 /// priority (`ignore_block_suitable`), and in a zone without mobility grouping
 /// (where every allocation may retype a block), any ordinary type.
 fn suitable_migration_target(z: &Zone, mt: Migratetype, ignore_block_suitable: bool) -> bool {
-    mt == Migratetype::Movable
-        || ((ignore_block_suitable || z.mobility_disabled) && mt.is_mergeable())
+    mt.is_movable() || ((ignore_block_suitable || z.mobility_disabled) && mt.is_mergeable())
 }
 
 /// Takes a private target of `order`, splitting the smallest larger one; the

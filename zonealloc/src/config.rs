@@ -4,6 +4,7 @@
 //! is built. The defaults are x86-64 Linux's: 4 KiB pages, `MAX_PAGE_ORDER` 10,
 //! `pageblock_order` 9, `watermark_scale_factor` 10, the default lowmem reserve ratios.
 
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -55,6 +56,20 @@ impl ZoneConfig {
     pub fn end_pfn(&self) -> Pfn {
         self.start_pfn.add(self.spanned_pages)
     }
+}
+
+/// A contiguous memory area (Linux's `cma=` or a device tree's `shared-dma-pool`):
+/// whole pageblocks of one zone whose free memory only movable allocations may
+/// borrow, so that `cma_alloc` can always empty a run of it by migrating the
+/// borrowers out (see `cma`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CmaConfig {
+    /// The area's name, as `/sys/kernel/mm/cma/<name>` shows it.
+    pub name: String,
+    /// First frame; a multiple of the pageblock size.
+    pub base: Pfn,
+    /// Frames; a non-zero multiple of the pageblock size.
+    pub nr_pages: u64,
 }
 
 /// One NUMA node: its zones, lowest zone type first.
@@ -110,6 +125,9 @@ pub struct Config {
     /// `None`: as much as the machine gives; the allocation is fallible either way,
     /// so a configuration too large for memory is refused, never an abort.
     pub metadata_limit_bytes: Option<u64>,
+    /// Contiguous memory areas (see `cma`); none by default. With none, the
+    /// kernel-format outputs are those of a kernel built without CMA.
+    pub cma: Vec<CmaConfig>,
 }
 
 impl Default for Config {
@@ -136,6 +154,7 @@ impl Default for Config {
             frag_free_path: FragFreePath::default(),
             debug: DebugConfig::default(),
             metadata_limit_bytes: None,
+            cma: Vec::new(),
         }
     }
 }
@@ -161,6 +180,23 @@ impl Config {
     /// One Normal zone of `bytes` (rounded down to pages) starting at frame 0.
     pub fn with_bytes(bytes: u64) -> Config {
         Config::single_zone(ZoneType::Normal, Pfn(0), bytes >> 12)
+    }
+
+    /// Adds a contiguous memory area `name` of `nr_pages` frames at `base`.
+    ///
+    /// ```
+    /// use zonealloc::{Config, Pfn, ZoneAllocator};
+    /// let za = ZoneAllocator::new(Config::with_bytes(64 << 20).with_cma("dma", Pfn(8192), 4096)).unwrap();
+    /// assert_eq!(za.cma_area_info(0).unwrap().count, 4096);
+    /// ```
+    #[must_use]
+    pub fn with_cma(mut self, name: &str, base: Pfn, nr_pages: u64) -> Config {
+        self.cma.push(CmaConfig {
+            name: name.into(),
+            base,
+            nr_pages,
+        });
+        self
     }
 
     /// Page size in bytes.
@@ -280,9 +316,55 @@ impl Config {
         if populated == 0 {
             return Err(ConfigError::NoMemory);
         }
+        self.validate_cma()?;
         let bytes = self.metadata_bytes();
         if self.metadata_limit_bytes.is_some_and(|l| bytes > l) {
             return Err(ConfigError::Metadata { bytes });
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Each CMA area: whole pageblocks inside one zone, clear of its holes and of
+    /// the other areas (Linux's `cma_init_reserved_mem()` and
+    /// `cma_activate_area()` checks).
+    fn validate_cma(&self) -> Result<(), ConfigError> {
+        let pb = self.pageblock_nr_pages();
+        let mut spans: Vec<(u64, u64, usize)> = Vec::with_capacity(self.cma.len());
+        for (area, c) in self.cma.iter().enumerate() {
+            let bad = |why| Err(ConfigError::Cma { area, why });
+            if c.nr_pages == 0 || !c.base.0.is_multiple_of(pb) || !c.nr_pages.is_multiple_of(pb) {
+                return bad("not whole pageblocks");
+            }
+            let Some(end) = c.base.0.checked_add(c.nr_pages) else {
+                return bad("outside every zone");
+            };
+            let zone = self
+                .nodes
+                .iter()
+                .flat_map(|n| n.zones.iter())
+                .find(|z| z.start_pfn <= c.base && c.base < z.end_pfn());
+            let Some(z) = zone else {
+                return bad("outside every zone");
+            };
+            if end > z.end_pfn().0 {
+                return bad("crosses its zone's end");
+            }
+            if z.holes
+                .iter()
+                .any(|&(h, n)| h.0 < end && c.base.0 < h.0.saturating_add(n))
+            {
+                return bad("overlaps a hole");
+            }
+            spans.push((c.base.0, end, area));
+        }
+        spans.sort_unstable();
+        if let Some(w) = spans.windows(2).find(|w| w[0].1 > w[1].0) {
+            return Err(ConfigError::Cma {
+                area: w[1].2,
+                why: "overlaps another area",
+            });
         }
         Ok(())
     }
@@ -354,6 +436,14 @@ pub enum ConfigError {
     WatermarkBoostFactor(u64),
     /// A per-CPU list tunable outside its range (see `PcpConfig`).
     Pcp(&'static str, u64),
+    /// A CMA area (`Config::cma[area]`) that is not whole pageblocks of one zone
+    /// clear of holes and of the other areas.
+    Cma {
+        /// Its index in `Config::cma`.
+        area: usize,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// The per-frame metadata (16 bytes a frame, plus a byte a pageblock) could not
     /// be allocated: more than the address space or the machine can give.
     Metadata {
@@ -396,6 +486,7 @@ impl fmt::Display for ConfigError {
                 "watermark_boost_factor {w} above {WATERMARK_BOOST_FACTOR_MAX}"
             ),
             ConfigError::Pcp(name, v) => write!(f, "pcp.{name} {v} out of range"),
+            ConfigError::Cma { area, why } => write!(f, "CMA area {area}: {why}"),
             ConfigError::Metadata { bytes } => {
                 write!(f, "cannot allocate {bytes} bytes of frame metadata")
             }

@@ -101,13 +101,24 @@ impl<B: Backend> ZoneAllocator<B> {
     /// za.free_contig_range(pfn, 512).unwrap(); // one order-9 free, not 512
     /// ```
     pub fn free_contig_range(&self, pfn: Pfn, nr: u64) -> Result<(), FreeError> {
+        self.free_contig_range_by(pfn, nr, 0)
+    }
+
+    /// `free_contig_range` of pages that each carry head flags `owner` (0: the
+    /// raw API's; `FLAG_CMA`: `cma_release`'s).
+    pub(crate) fn free_contig_range_by(
+        &self,
+        pfn: Pfn,
+        nr: u64,
+        owner: u8,
+    ) -> Result<(), FreeError> {
         let z = self.zone_of_range(pfn, nr)?;
         // The CPU first: owner code (`Config::cpu_id`) runs before a page is taken.
         let cpu = self.current_cpu();
         let mut claim = Claim::default();
         let pages = (0..nr).map(|i| (pfn.add(i), 1));
-        self.claim_pages(z, pages.clone(), &mut claim, 0, 0)?;
-        self.commit_pages(z, pages, &claim, 0, cpu, 0);
+        self.claim_pages(z, pages.clone(), &mut claim, 0, owner)?;
+        self.commit_pages(z, pages, &claim, 0, cpu, owner);
         Ok(())
     }
 
@@ -124,7 +135,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// two frees of one page exactly one succeeds.
     /// `claim` records page `i` of `pages` as bit `base + i`. `owner` is the
     /// owner flag every page must carry: 0 for the raw API, `FLAG_VMALLOC` for a
-    /// vmalloc area's pages.
+    /// vmalloc area's pages, `FLAG_CMA` for `cma_release`'s.
     fn claim_pages(
         &self,
         z: &Zone,
@@ -538,6 +549,14 @@ impl<B: Backend> ZoneAllocator<B> {
         let pb_nr = z.pageblock_order.nr_pages();
         let first_block = start.0 & !(pb_nr - 1);
         let blocks = (first_block..end.0).step_by(pb_nr as usize);
+        // A CMA area's memory is had through `cma_alloc` alone (Linux's
+        // `alloc_contig_range(MIGRATE_MOVABLE)` answers -EBUSY there).
+        if let Some(b) = blocks
+            .clone()
+            .find(|&b| z.blocks.base_migratetype(Pfn(b)) == Migratetype::Cma)
+        {
+            return Err(ContigError::Busy(Pfn(b.max(start.0))));
+        }
         // 1. Isolate every pageblock, undoing on conflict.
         {
             let mut zl = z.lock();
@@ -560,29 +579,34 @@ impl<B: Backend> ZoneAllocator<B> {
         for cpu in 0..z.pcp.len() {
             z.pcp_lock(cpu).drain(self.config.pcp.prefetch_buddy);
         }
-        // 3. Under one zone-lock hold: check every frame is free, take the range,
-        //    restore the pageblocks, give back what lies outside the range.
-        let mut zl = z.lock();
-        let mut covering = Vec::new();
-        let mut p = start.0;
-        let mut busy = None;
-        while p < end.0 {
-            match zl.free_block_containing(Pfn(p)) {
-                Some((head, order)) => {
-                    covering.push((head, order));
-                    p = head.0 + order.nr_pages();
-                }
-                None => {
-                    busy = Some(Pfn(p));
-                    break;
-                }
-            }
-        }
-        if let Some(b) = busy {
+        // 3. Take the range if every frame is free, else undo the isolation.
+        if let Err(b) = self.take_isolated_range(z, start, end) {
+            let mut zl = z.lock();
             for blk in blocks {
                 zl.undo_isolate_pageblock(Pfn(blk));
             }
             return Err(ContigError::Busy(b));
+        }
+        self.commit_contig(z, start, end, 0);
+        Ok(())
+    }
+
+    /// The last step of `alloc_contig_range()`, with the pageblocks holding
+    /// `[start, end)` isolated: under one zone-lock hold, checks that every frame
+    /// of the range is free, takes the range off the lists, ends the isolation and
+    /// gives back what of the covering free blocks lies outside the range. The
+    /// range's frames are `Tail` then, the caller's. `Err` with the first frame in
+    /// use, the pageblocks still isolated.
+    pub(crate) fn take_isolated_range(&self, z: &Zone, start: Pfn, end: Pfn) -> Result<(), Pfn> {
+        let pb_nr = z.pageblock_order.nr_pages();
+        let blocks = (start.0 & !(pb_nr - 1)..end.0).step_by(pb_nr as usize);
+        let mut zl = z.lock();
+        let mut covering = Vec::new();
+        let mut p = start.0;
+        while p < end.0 {
+            let (head, order) = zl.free_block_containing(Pfn(p)).ok_or(Pfn(p))?;
+            covering.push((head, order));
+            p = head.0 + order.nr_pages();
         }
         for &(head, order) in &covering {
             zl.del_from_free_list(head, order, Migratetype::Isolate);
@@ -597,16 +621,21 @@ impl<B: Backend> ZoneAllocator<B> {
         {
             zl.free_block_locked(p, order, false);
         }
-        drop(zl);
+        Ok(())
+    }
+
+    /// Makes every frame of the taken range `[start, end)` an allocated order-0
+    /// page with one reference and head flags `flags` (zeroed first under
+    /// `init_on_alloc`), and counts them allocated.
+    pub(crate) fn commit_contig(&self, z: &Zone, start: Pfn, end: Pfn, flags: u8) {
         if self.config.debug.init_on_alloc {
             self.backend.zero_pages(start, end.0 - start.0);
         }
+        let w = Word::alloc(Order(0), Migratetype::Movable).with_flags(flags);
         for p in start.0..end.0 {
-            z.frames
-                .set_word(z.idx(Pfn(p)), Word::alloc(Order(0), Migratetype::Movable));
+            z.frames.set_word(z.idx(Pfn(p)), w);
         }
         z.events.pgalloc.inc(end.0 - start.0);
-        Ok(())
     }
 
     /// `alloc_contig_pages()`: finds and allocates `nr` contiguous frames in the

@@ -17,6 +17,7 @@
 //!                  until compaction carries the old block's references over
 //!    FLAG_VMALLOC  a page of a live vmalloc area: only `vfree` (and vmalloc's own
 //!                  unwinding) frees it; the raw API, caches and guards refuse it
+//!    FLAG_CMA      a page `cma_alloc` handed out: only `cma_release` frees it
 //!  prev (u32):  table index of the previous entry on the list this head is on
 //!  next (u32):  table index of the next entry (NIL: none; off any list)
 //! ```
@@ -102,6 +103,11 @@ pub(crate) const FLAG_FRAG: u8 = 2;
 /// path refuses it (`Busy`), compaction never isolates it, and only the area's
 /// `vfree` frees it, so `vfree` frees exactly what it owns.
 pub(crate) const FLAG_VMALLOC: u8 = 16;
+
+/// Head flag: the page was handed out by `cma_alloc` (see `cma`): only
+/// `cma_release` frees it; the raw API, caches and guards refuse it, and nothing
+/// migrates it.
+pub(crate) const FLAG_CMA: u8 = 32;
 
 /// Head flag: compaction isolated the block (a movable allocation with no other
 /// flag) and holds one reference of its own on it, so the owner's frees only drop

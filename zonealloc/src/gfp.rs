@@ -210,6 +210,8 @@ impl AllocFlags {
     pub const NOFRAGMENT: AllocFlags = AllocFlags(0x100);
     /// May use and grow the highatomic reserve.
     pub const HIGHATOMIC: AllocFlags = AllocFlags(0x200);
+    /// May take pages of CMA pageblocks (`ALLOC_CMA`): movable requests.
+    pub const CMA: AllocFlags = AllocFlags(0x80);
     /// Any of the reserve flags.
     pub const RESERVES: AllocFlags =
         AllocFlags(Self::NON_BLOCK.0 | Self::MIN_RESERVE.0 | Self::HIGHATOMIC.0 | Self::OOM.0);
@@ -242,16 +244,27 @@ impl AllocFlags {
     /// Flags of the first, optimistic pass: the low watermark, plus the highatomic
     /// reserve for high-order requests that cannot block but may dip (2026 tree).
     pub fn fast(gfp: Gfp, order: u8) -> AllocFlags {
-        let mut f = Self::checking(Wmark::Low);
+        let mut f = Self::checking(Wmark::Low).cma_for(gfp);
         if order > 0 && gfp.contains(Gfp::HIGH) && !gfp.contains(Gfp::DIRECT_RECLAIM) {
             f = f | Self::HIGHATOMIC;
         }
         f
     }
 
+    /// `gfp_to_alloc_flags_cma()`: adds `CMA` for a movable request.
+    #[inline]
+    #[must_use]
+    pub fn cma_for(self, gfp: Gfp) -> AllocFlags {
+        if gfp.migratetype() == Migratetype::Movable {
+            self | Self::CMA
+        } else {
+            self
+        }
+    }
+
     /// `gfp_to_alloc_flags()`: flags of the slow pass.
     pub fn slow(gfp: Gfp, order: u8) -> AllocFlags {
-        let mut f = Self::checking(Wmark::Min);
+        let mut f = Self::checking(Wmark::Min).cma_for(gfp);
         if gfp.contains(Gfp::HIGH) {
             f = f | Self::MIN_RESERVE;
         }

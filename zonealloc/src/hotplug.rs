@@ -58,9 +58,8 @@ use alloc::vec::Vec;
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::frame::{Tag, Word};
-use crate::gfp::AllocFlags;
-use crate::migrate::{is_movable_candidate, Step};
-use crate::types::{Migratetype, Order, Pfn, Wmark};
+use crate::migrate::{is_movable_candidate, MoveOutError};
+use crate::types::{Migratetype, Pfn};
 use crate::zone::{chunks, Zone};
 
 /// Why `offline_pages` or `online_pages` was refused.
@@ -167,11 +166,19 @@ impl<B: Backend> ZoneAllocator<B> {
                 w.order().nr_pages()
             };
         }
+        let pb = z.pageblock_order.nr_pages();
+        // A CMA area's memory stays where its area is: Linux's
+        // `has_unmovable_pages()` refuses its pageblocks to offlining.
+        if let Some(b) = (start.0..end)
+            .step_by(pb as usize)
+            .find(|&b| z.blocks.base_migratetype(Pfn(b)) == Migratetype::Cma)
+        {
+            return Err(OfflineError::NotMovable(Pfn(b)));
+        }
         let m = self.migrator();
         if movable && m.is_none() {
             return Err(OfflineError::NoMigrator);
         }
-        let pb = z.pageblock_order.nr_pages();
         let blocks = (start.0..end).step_by(pb as usize).map(Pfn);
         {
             let mut zl = z.lock();
@@ -197,12 +204,15 @@ impl<B: Backend> ZoneAllocator<B> {
             for cpu in 0..z.pcp.len() {
                 z.pcp_lock(cpu).drain(self.config.pcp.prefetch_buddy);
             }
-            match self.migrate_range_out(z, start.0, end, m.as_deref()) {
-                Ok(()) => {}
-                Err(e) => {
-                    outcome = Err(e);
-                    break;
-                }
+            if let Err(e) = self.migrate_range_out(z, start.0, end, m.as_deref()) {
+                outcome = Err(match e {
+                    MoveOutError::NotMovable(p) => OfflineError::NotMovable(p),
+                    MoveOutError::NoMigrator => OfflineError::NoMigrator,
+                    MoveOutError::OwnerRefused(p) => OfflineError::OwnerRefused(p),
+                    MoveOutError::OwnerPanicked(p) => OfflineError::OwnerPanicked(p),
+                    MoveOutError::NoMemory(p) => OfflineError::NoMemory(p),
+                });
+                break;
             }
             match self.take_range_offline(z, start.0, end) {
                 Ok(()) => {
@@ -219,78 +229,6 @@ impl<B: Backend> ZoneAllocator<B> {
             }
             Err(e) => undo(e),
         }
-    }
-
-    /// Moves every allocated block of `[start, end)` out through `m`.
-    fn migrate_range_out(
-        &self,
-        z: &Zone,
-        start: u64,
-        end: u64,
-        m: Option<&dyn crate::migrator::Migrate>,
-    ) -> Result<(), OfflineError> {
-        let mut p = start;
-        while p < end {
-            let pfn = Pfn(p);
-            let w = z.frames.word(z.idx(pfn));
-            let step = if w.tag() == Tag::Tail {
-                1
-            } else {
-                w.order().nr_pages()
-            };
-            if w.tag() != Tag::Alloc {
-                p += step;
-                continue;
-            }
-            if !is_movable_candidate(w) {
-                return Err(OfflineError::NotMovable(pfn));
-            }
-            let m = m.ok_or(OfflineError::NoMigrator)?;
-            let Some(order) = self.isolate_movable(z, pfn) else {
-                // Freed or changed meanwhile: looked at again on the next pass.
-                p += step;
-                continue;
-            };
-            let Some(target) = self.private_block(z, order) else {
-                self.putback_movable(z, pfn);
-                return Err(OfflineError::NoMemory(pfn));
-            };
-            let c = &self.compact.counters;
-            let failed = match self.migrate_isolated(z, pfn, target, order, m) {
-                Step::Moved => {
-                    c.migrated.inc(order.nr_pages());
-                    None
-                }
-                Step::Freed => Some(None),
-                Step::Refused => Some(Some(OfflineError::OwnerRefused(pfn))),
-                Step::Panicked => Some(Some(OfflineError::OwnerPanicked(pfn))),
-            };
-            // The target is still ours unless the block moved into it.
-            if let Some(e) = failed {
-                z.lock().free_block_locked(target, order, false);
-                if let Some(e) = e {
-                    c.refused.inc(order.nr_pages());
-                    return Err(e);
-                }
-            }
-            p += order.nr_pages();
-        }
-        Ok(())
-    }
-
-    /// A free block of `order` from zone `z`'s buddy lists (the range's blocks
-    /// are isolated, so it lies outside the range), made private (`Frozen`, the
-    /// caller's) to receive a migration; none when taking it would leave the zone
-    /// at its min watermark.
-    fn private_block(&self, z: &Zone, order: Order) -> Option<Pfn> {
-        if z.nr_free_pages() < z.wmark(Wmark::Min) + order.nr_pages() {
-            return None;
-        }
-        let flags = AllocFlags::checking(Wmark::Min);
-        let t = z.lock().rmqueue_one(order, Migratetype::Movable, flags)?;
-        // Counted as allocated (`pgalloc`) only if a block moves into it.
-        z.frames.set_word(z.idx(t), Word::frozen(order));
-        Some(t)
     }
 
     /// Under the zone lock: if every frame of `[start, end)` is free, takes the

@@ -113,6 +113,7 @@ pub mod arena;
 mod backend;
 mod buddy;
 mod check;
+pub mod cma;
 mod compact_state;
 pub mod compaction;
 mod config;
@@ -169,12 +170,13 @@ pub use allocator::ZoneAllocator;
 pub use arena::{Arena, ArenaOptions, Discard};
 pub use backend::{AbstractFrames, Backend};
 pub use check::{InvariantReport, InvariantViolation};
+pub use cma::{CmaAreaInfo, CmaError};
 pub use compaction::{
     CompactError, CompactReport, CompactResult, CompactStats, COMPACTION_PROACTIVENESS_DEFAULT,
     EXTFRAG_THRESHOLD_DEFAULT, EXTFRAG_THRESHOLD_MAX,
 };
 pub use config::{
-    Config, ConfigError, DebugConfig, FragFreePath, NodeConfig, PcpConfig, ZoneConfig,
+    CmaConfig, Config, ConfigError, DebugConfig, FragFreePath, NodeConfig, PcpConfig, ZoneConfig,
     MIN_FREE_KBYTES_MAX, PCP_TUNABLE_MAX, WATERMARK_BOOST_FACTOR_MAX, WATERMARK_SCALE_FACTOR_MAX,
 };
 pub use contig::ContigError;

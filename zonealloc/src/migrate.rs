@@ -115,9 +115,10 @@
 use crate::allocator::{Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::frame::{Tag, Word, FLAG_ISOLATED, FLAG_MIGRATING, MIGRATING_BASE, REFCOUNT_MAX};
+use crate::gfp::AllocFlags;
 use crate::hook::{self, InCallback, Panicked};
 use crate::migrator::{Migrate, MigrateOutcome, Migration};
-use crate::types::{Migratetype, Order, Pfn};
+use crate::types::{Migratetype, Order, Pfn, Wmark};
 use crate::zone::Zone;
 
 /// How one migration attempt ended.
@@ -283,6 +284,101 @@ impl<B: Backend> ZoneAllocator<B> {
                 }
             }
         }
+    }
+}
+
+/// Why `migrate_range_out` stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MoveOutError {
+    /// An allocated block that can never move (not movable, another owner's, bad).
+    NotMovable(Pfn),
+    /// Movable blocks and no migrator registered.
+    NoMigrator,
+    /// The owner refused to move this block.
+    OwnerRefused(Pfn),
+    /// The owner's callback panicked moving this block.
+    OwnerPanicked(Pfn),
+    /// No free block outside the range to move this one to.
+    NoMemory(Pfn),
+}
+
+impl<B: Backend> ZoneAllocator<B> {
+    /// Moves every allocated block that overlaps `[start, end)` (pageblocks the
+    /// caller isolated, so that nothing is allocated into them meanwhile) out
+    /// through `m`, to blocks allocated outside. The walk starts at the
+    /// `max_order` boundary below `start`, so a block whose head lies before the
+    /// range is found too. Blocks freed meanwhile are passed over; blocks moved
+    /// before an error stay moved.
+    pub(crate) fn migrate_range_out(
+        &self,
+        z: &Zone,
+        start: u64,
+        end: u64,
+        m: Option<&dyn Migrate>,
+    ) -> Result<(), MoveOutError> {
+        let mut p = (start & !(z.max_order.nr_pages() - 1)).max(z.start_pfn);
+        while p < end {
+            let pfn = Pfn(p);
+            let w = z.frames.word(z.idx(pfn));
+            let step = if w.tag() == Tag::Tail {
+                1
+            } else {
+                w.order().nr_pages()
+            };
+            if w.tag() != Tag::Alloc || p + step <= start {
+                p += step;
+                continue;
+            }
+            if !is_movable_candidate(w) {
+                return Err(MoveOutError::NotMovable(pfn));
+            }
+            let m = m.ok_or(MoveOutError::NoMigrator)?;
+            let Some(order) = self.isolate_movable(z, pfn) else {
+                // Freed or changed meanwhile: looked at again on the next pass.
+                p += step;
+                continue;
+            };
+            let Some(target) = self.private_block(z, order) else {
+                self.putback_movable(z, pfn);
+                return Err(MoveOutError::NoMemory(pfn));
+            };
+            let c = &self.compact.counters;
+            let failed = match self.migrate_isolated(z, pfn, target, order, m) {
+                Step::Moved => {
+                    c.migrated.inc(order.nr_pages());
+                    None
+                }
+                Step::Freed => Some(None),
+                Step::Refused => Some(Some(MoveOutError::OwnerRefused(pfn))),
+                Step::Panicked => Some(Some(MoveOutError::OwnerPanicked(pfn))),
+            };
+            // The target is still ours unless the block moved into it.
+            if let Some(e) = failed {
+                z.lock().free_block_locked(target, order, false);
+                if let Some(e) = e {
+                    c.refused.inc(order.nr_pages());
+                    return Err(e);
+                }
+            }
+            p += order.nr_pages();
+        }
+        Ok(())
+    }
+
+    /// A free block of `order` from zone `z`'s buddy lists (the caller's range is
+    /// isolated, so it lies outside the range), made private (`Frozen`, the
+    /// caller's) to receive a migration; none when taking it would leave the zone
+    /// at its min watermark. Like Linux's `alloc_migration_target()` for a
+    /// movable page, it may come from a CMA area.
+    fn private_block(&self, z: &Zone, order: Order) -> Option<Pfn> {
+        if z.nr_free_pages() < z.wmark(Wmark::Min) + order.nr_pages() {
+            return None;
+        }
+        let flags = AllocFlags::checking(Wmark::Min) | AllocFlags::CMA;
+        let t = z.lock().rmqueue_one(order, Migratetype::Movable, flags)?;
+        // Counted as allocated (`pgalloc`) only if a block moves into it.
+        z.frames.set_word(z.idx(t), Word::frozen(order));
+        Some(t)
     }
 }
 

@@ -46,6 +46,8 @@ pub struct ZoneFreeCounts {
     pub nr_free_pages_blocks: u64,
     /// Free pages on HighAtomic lists.
     pub nr_free_highatomic: u64,
+    /// Free pages on CMA lists (`NR_FREE_CMA_PAGES`).
+    pub nr_free_cma: u64,
     /// Pages reserved as HighAtomic pageblocks.
     pub nr_reserved_highatomic: u64,
 }
@@ -101,6 +103,7 @@ fn read_counters(z: &Zone) -> ZoneFreeCounts {
         nr_free_pages: c.nr_free_pages.get(),
         nr_free_pages_blocks: c.nr_free_pages_blocks.get(),
         nr_free_highatomic: c.nr_free_highatomic.get(),
+        nr_free_cma: c.nr_free_cma.get(),
         nr_reserved_highatomic: c.nr_reserved_highatomic.get(),
     }
 }
@@ -135,6 +138,18 @@ pub struct PageTypeInfo {
     /// Counts that hit Linux's walk cap (only from `pagetypeinfo_walked`): printed
     /// with a `>` prefix.
     pub capped: Vec<(usize, usize, usize)>,
+    /// Print the `CMA` row and column, as a kernel built with CMA does: set where
+    /// the allocator has a CMA area.
+    pub cma: bool,
+}
+
+impl PageTypeInfo {
+    /// The migratetypes printed, in the kernel's order.
+    pub fn types(&self) -> impl Iterator<Item = Migratetype> + '_ {
+        Migratetype::ALL
+            .into_iter()
+            .filter(|&mt| self.cma || mt != Migratetype::Cma)
+    }
 }
 
 impl fmt::Display for PageTypeInfo {
@@ -149,7 +164,7 @@ impl fmt::Display for PageTypeInfo {
         }
         writeln!(f)?;
         for (zi, z) in self.zones.iter().enumerate() {
-            for mt in Migratetype::ALL {
+            for mt in self.types() {
                 write!(
                     f,
                     "Node {:>4}, zone {:>8}, type {:>12} ",
@@ -170,14 +185,14 @@ impl fmt::Display for PageTypeInfo {
             }
         }
         write!(f, "\n{:<23}", "Number of blocks type ")?;
-        for mt in Migratetype::ALL {
+        for mt in self.types() {
             write!(f, "{:>12} ", mt.name())?;
         }
         writeln!(f)?;
         for z in &self.zones {
             write!(f, "Node {}, zone {:>8} ", z.id.node, z.id.zone_type.name())?;
-            for n in z.nr_blocks {
-                write!(f, "{n:>12} ")?;
+            for mt in self.types() {
+                write!(f, "{:>12} ", z.nr_blocks[mt.idx()])?;
             }
             writeln!(f)?;
         }
@@ -274,6 +289,8 @@ pub struct ZoneInfoZone {
     pub present: u64,
     /// Managed frames.
     pub managed: u64,
+    /// Frames of CMA areas (`cma`).
+    pub cma: u64,
     /// `lowmem_reserve[]` ("protection").
     pub protection: [u64; MAX_NR_ZONES],
     /// Zone counters printed as `nr_*` lines, in Linux's order.
@@ -304,7 +321,7 @@ impl fmt::Display for ZoneInfo {
             write!(f, "\n        spanned  {}", z.spanned)?;
             write!(f, "\n        present  {}", z.present)?;
             write!(f, "\n        managed  {}", z.managed)?;
-            write!(f, "\n        cma      {}", 0)?;
+            write!(f, "\n        cma      {}", z.cma)?;
             write!(f, "\n        protection: ({}", z.protection[0])?;
             for p in &z.protection[1..] {
                 write!(f, ", {p}")?;
@@ -425,6 +442,7 @@ impl<B: Backend> ZoneAllocator<B> {
             pageblock_order: self.config.pageblock_order,
             zones: self.free_counts(),
             capped: Vec::new(),
+            cma: self.cma.enabled(),
         }
     }
 
@@ -474,6 +492,7 @@ impl<B: Backend> ZoneAllocator<B> {
             pageblock_order: self.config.pageblock_order,
             zones,
             capped,
+            cma: self.cma.enabled(),
         }
     }
 
@@ -498,13 +517,14 @@ impl<B: Backend> ZoneAllocator<B> {
                         spanned: z.spanned,
                         present: z.present_now(),
                         managed: z.managed_now(),
+                        cma: z.cma_pages,
                         protection: core::array::from_fn(|j| {
                             z.lowmem_reserve[j].load(Ordering::Relaxed)
                         }),
                         counters: alloc::vec![
                             ("nr_free_pages", s.nr_free_pages),
                             ("nr_free_pages_blocks", s.nr_free_pages_blocks),
-                            ("nr_free_cma", 0),
+                            ("nr_free_cma", s.nr_free_cma),
                         ],
                         pagesets: self.pagesets(z),
                         start_pfn: z.start_pfn,
@@ -592,12 +612,14 @@ impl<B: Backend> ZoneAllocator<B> {
     pub fn vmstat(&self) -> VmStat {
         let mut free = 0;
         let mut blocks = 0;
+        let mut cma = 0;
         let mut pgalloc = [0u64; MAX_NR_ZONES];
         let mut pgfree = 0;
         for z in self.zones.iter() {
             let s = snapshot(z);
             free += s.nr_free_pages;
             blocks += s.nr_free_pages_blocks;
+            cma += s.nr_free_cma;
             let (pcp_alloc, pcp_free) = pcp_events(z);
             pgalloc[z.zone_type().idx()] += z.events.pgalloc.get() + pcp_alloc;
             pgfree += z.events.pgfree.get() + pcp_free;
@@ -605,7 +627,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut entries: Vec<(String, u64)> = alloc::vec![
             ("nr_free_pages".into(), free),
             ("nr_free_pages_blocks".into(), blocks),
-            ("nr_free_cma".into(), 0),
+            ("nr_free_cma".into(), cma),
         ];
         let present = |t: ZoneType| self.zones.iter().any(|z| z.zone_type() == t);
         for t in ZoneType::ALL.into_iter().filter(|&t| present(t)) {
@@ -647,6 +669,12 @@ impl<B: Backend> ZoneAllocator<B> {
             ("compact_daemon_wake", r.compact_daemon_wake.get()),
         ] {
             entries.push((name.into(), v));
+        }
+        // A kernel built with CMA prints these after the compaction and hugetlb
+        // events.
+        if self.cma.enabled() {
+            entries.push(("cma_alloc_success".into(), self.cma.alloc_success.get()));
+            entries.push(("cma_alloc_fail".into(), self.cma.alloc_fail.get()));
         }
         VmStat { entries }
     }

@@ -108,7 +108,7 @@ impl Wmark {
 
 /// The mobility class of a pageblock and of the free blocks on its lists.
 ///
-/// Values and names are Linux's (`enum migratetype`, without CMA).
+/// Values and names are Linux's (`enum migratetype` of a kernel built with CMA).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 #[repr(u8)]
 pub enum Migratetype {
@@ -120,12 +120,15 @@ pub enum Migratetype {
     Reclaimable = 2,
     /// Pageblocks reserved for high-order atomic allocations.
     HighAtomic = 3,
+    /// Pageblocks of a contiguous memory area (see `cma`): lent to movable
+    /// allocations only, never claimed by another type.
+    Cma = 4,
     /// Pageblocks taken out of circulation (contiguous allocation, offlining).
-    Isolate = 4,
+    Isolate = 5,
 }
 
 /// Number of migratetypes.
-pub const MIGRATE_TYPES: usize = 5;
+pub const MIGRATE_TYPES: usize = 6;
 /// Migratetypes that have per-CPU lists and take part in fallback (`< MIGRATE_PCPTYPES`).
 pub const MIGRATE_PCPTYPES: usize = 3;
 
@@ -136,6 +139,7 @@ impl Migratetype {
         Migratetype::Movable,
         Migratetype::Reclaimable,
         Migratetype::HighAtomic,
+        Migratetype::Cma,
         Migratetype::Isolate,
     ];
 
@@ -153,7 +157,8 @@ impl Migratetype {
             1 => Some(Migratetype::Movable),
             2 => Some(Migratetype::Reclaimable),
             3 => Some(Migratetype::HighAtomic),
-            4 => Some(Migratetype::Isolate),
+            4 => Some(Migratetype::Cma),
+            5 => Some(Migratetype::Isolate),
             _ => None,
         }
     }
@@ -165,6 +170,7 @@ impl Migratetype {
             Migratetype::Movable => "Movable",
             Migratetype::Reclaimable => "Reclaimable",
             Migratetype::HighAtomic => "HighAtomic",
+            Migratetype::Cma => "CMA",
             Migratetype::Isolate => "Isolate",
         }
     }
@@ -174,6 +180,13 @@ impl Migratetype {
     #[inline]
     pub const fn is_mergeable(self) -> bool {
         (self as usize) < MIGRATE_PCPTYPES
+    }
+
+    /// `is_migrate_movable()`: `Movable` or `Cma`, the pageblocks whose
+    /// allocated blocks are all movable.
+    #[inline]
+    pub const fn is_movable(self) -> bool {
+        matches!(self, Migratetype::Movable | Migratetype::Cma)
     }
 }
 

@@ -161,6 +161,8 @@ pub(crate) struct ZoneCounters {
     pub nr_free_pages: Counter,
     /// Free pages on HighAtomic lists.
     pub nr_free_highatomic: Counter,
+    /// `NR_FREE_CMA_PAGES`: free pages on CMA lists (part of `nr_free_pages`).
+    pub nr_free_cma: Counter,
     /// `NR_FREE_PAGES_BLOCKS`: free pages in blocks of pageblock order or more.
     pub nr_free_pages_blocks: Counter,
     /// Counted pageblocks per effective migratetype.
@@ -204,6 +206,8 @@ pub(crate) struct Zone {
     pub spanned: u64,
     pub present: u64,
     pub managed: u64,
+    /// `cma_pages`: frames of contiguous memory areas in the zone (see `cma`).
+    pub cma_pages: u64,
     pub max_order: Order,
     pub pageblock_order: Order,
     /// Linux's `page_group_by_mobility_disabled`, per zone here.
@@ -275,7 +279,8 @@ impl Drop for ZoneLocked<'_> {
 impl Zone {
     /// Builds a zone whose frames are all taken (`Tail`, or `Hole`); the buddy layer
     /// then frees the present ones (`ZoneLocked::release_initial_frames`). Cost:
-    /// linear in the spanned frames.
+    /// linear in the spanned frames. `cma`: the configuration has CMA areas.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: ZoneId,
         index: usize,
@@ -284,6 +289,7 @@ impl Zone {
         pageblock_order: Order,
         mobility_grouping: bool,
         nr_cpus: usize,
+        cma: bool,
     ) -> Result<Zone, ConfigError> {
         let start = zc.start_pfn.0;
         let spanned = zc.spanned_pages;
@@ -341,11 +347,14 @@ impl Zone {
             spanned,
             present,
             managed,
+            cma_pages: 0,
             max_order,
             pageblock_order,
             // Linux: grouping is pointless when the zone cannot hold a few blocks of
-            // each type beyond its watermarks.
-            mobility_disabled: !mobility_grouping || managed < pb_nr * MIGRATE_TYPES as u64,
+            // each type beyond its watermarks (each type of a kernel built with
+            // CMA where an area is configured, else without: one fewer).
+            mobility_disabled: !mobility_grouping
+                || managed < pb_nr * (MIGRATE_TYPES as u64 - u64::from(!cma)),
             frames,
             blocks,
             free: Lock::new(FreeArea {
@@ -365,6 +374,7 @@ impl Zone {
                 nr_free: core::array::from_fn(|_| counters()),
                 nr_free_pages: Counter::new(),
                 nr_free_highatomic: Counter::new(),
+                nr_free_cma: Counter::new(),
                 nr_free_pages_blocks: Counter::new(),
                 nr_blocks: counters(),
                 nr_reserved_highatomic: Counter::new(),
@@ -497,6 +507,10 @@ impl Zone {
         if !flags.has(AllocFlags::RESERVES) {
             u += self.counters.nr_free_highatomic.get() as i64;
         }
+        // Only movable requests may take CMA pages (`ALLOC_CMA`).
+        if !flags.has(AllocFlags::CMA) {
+            u += self.counters.nr_free_cma.get() as i64;
+        }
         u
     }
 
@@ -541,6 +555,9 @@ impl Zone {
             if flags.has(AllocFlags::HIGHATOMIC | AllocFlags::OOM)
                 && c[o][Migratetype::HighAtomic.idx()].get() > 0
             {
+                return true;
+            }
+            if flags.has(AllocFlags::CMA) && c[o][Migratetype::Cma.idx()].get() > 0 {
                 return true;
             }
         }

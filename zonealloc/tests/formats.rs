@@ -307,7 +307,7 @@ fn pagetypeinfo_free_counts_after_boot_are_movable() {
     let pti = traced().pagetypeinfo();
     for (z, boot) in pti.zones.iter().zip([BOOT_DMA, BOOT_DMA32, BOOT_NORMAL]) {
         for (o, row) in z.nr_free.iter().enumerate() {
-            assert_eq!(row, &[0, boot[o], 0, 0, 0], "{:?} order {o}", z.id);
+            assert_eq!(row, &[0, boot[o], 0, 0, 0, 0], "{:?} order {o}", z.id);
         }
     }
 }

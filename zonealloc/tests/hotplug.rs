@@ -5,17 +5,16 @@
 
 #[path = "support/induced_panic.rs"]
 mod induced_panic;
+#[path = "support/page_owner.rs"]
+mod page_owner;
 #[path = "support/rng.rs"]
 mod rng;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use zonealloc::{
-    Config, FreeError, Gfp, Migrate, MigrateOutcome, OfflineError, Order, Pfn, ZoneAllocator,
-};
+use zonealloc::{Config, FreeError, Gfp, OfflineError, Order, Pfn, ZoneAllocator};
 
-use induced_panic::induced_panic;
+use page_owner::{fill_movable, Owner};
 
 /// 64 MiB: 16384 frames, 32 pageblocks.
 const BYTES: u64 = 64 << 20;
@@ -27,53 +26,6 @@ fn allocator() -> ZoneAllocator {
         ..Config::with_bytes(BYTES)
     })
     .unwrap()
-}
-
-/// An owner of movable pages, by frame; moves them when asked unless told not
-/// to (`refuse`), or panics on the `panic_at`th call.
-#[derive(Default)]
-struct Owner {
-    pages: Mutex<HashSet<Pfn>>,
-    refuse: bool,
-    panic_at: Option<usize>,
-    calls: Mutex<usize>,
-}
-
-impl Migrate for Owner {
-    fn relocate(&self, old: Pfn, new: Pfn, _order: Order) -> MigrateOutcome {
-        let mut c = self.calls.lock().unwrap();
-        *c += 1;
-        if Some(*c) == self.panic_at {
-            drop(c);
-            induced_panic();
-        }
-        if self.refuse {
-            return MigrateOutcome::Refused;
-        }
-        let mut p = self.pages.lock().unwrap();
-        if p.remove(&old) {
-            p.insert(new);
-            MigrateOutcome::Moved
-        } else {
-            MigrateOutcome::Refused
-        }
-    }
-}
-
-/// Allocates movable pages until the zone refuses, keeping those for which
-/// `keep` holds (the rest are freed): the owner's pages.
-fn fill_movable(za: &ZoneAllocator, owner: &Owner, keep: impl Fn(Pfn) -> bool) {
-    let mut all = Vec::new();
-    while let Ok(p) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NOWAIT, Order(0)) {
-        all.push(p);
-    }
-    for p in all {
-        if keep(p) {
-            owner.pages.lock().unwrap().insert(p);
-        } else {
-            za.free_pages(p, Order(0)).unwrap();
-        }
-    }
 }
 
 /// Every frame is free, offline, or one of `owned`.

@@ -8,12 +8,12 @@
 //! its pages when asked. The free range is the baseline: the other variants pay
 //! for the moves (`pgmigrate_success`, printed per round).
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
-use zonealloc::{Config, Gfp, Migrate, MigrateOutcome, Order, Pfn, ZoneAllocator, ZoneType};
+use zonealloc::{Config, Gfp, Order, Pfn, ZoneAllocator, ZoneType};
 
+use super::page_owner::Owner;
 use super::{Experiment, ExperimentResult};
 use crate::harness::{secs_since, Ctx, Metric, Table, Variant};
 
@@ -22,20 +22,6 @@ pub struct Hotplug;
 
 /// Kept one page in `KEEP[i]` (0: none).
 const KEEP: [u64; 3] = [0, 8, 2];
-
-struct Owner(Mutex<HashSet<Pfn>>);
-
-impl Migrate for Owner {
-    fn relocate(&self, old: Pfn, new: Pfn, _order: Order) -> MigrateOutcome {
-        let mut p = self.0.lock().expect("owner lock");
-        if p.remove(&old) {
-            p.insert(new);
-            MigrateOutcome::Moved
-        } else {
-            MigrateOutcome::Refused
-        }
-    }
-}
 
 fn name(keep: u64) -> String {
     if keep == 0 {
@@ -117,7 +103,7 @@ impl Experiment for Hotplug {
 fn round(pages: u64, range: u64, keep: u64) -> (f64, u64) {
     let za = ZoneAllocator::new(Config::single_zone(ZoneType::Normal, Pfn(0), pages))
         .expect("a single-zone configuration");
-    let owner = Arc::new(Owner(Mutex::new(HashSet::new())));
+    let owner = Arc::new(Owner::new());
     za.set_migrator(Some(owner.clone()));
     if keep > 0 {
         let mut all = Vec::new();

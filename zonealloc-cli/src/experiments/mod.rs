@@ -19,10 +19,12 @@ use serde::Serialize;
 
 use crate::harness::{Ctx, Table};
 
+pub mod cma;
 pub mod contig;
 pub mod hotplug;
 pub mod page_fault1;
 pub mod page_frag;
+pub mod page_owner;
 pub mod pagetypeinfo;
 pub mod pcp;
 pub mod peer_allocators;
@@ -44,6 +46,7 @@ pub static REGISTRY: &[&dyn Experiment] = &[
     &reporting::Reporting,
     &reclaim::Reclaim,
     &hotplug::Hotplug,
+    &cma::Cma,
     &peers::Peers,
     &replay::Replay,
 ];
