@@ -919,9 +919,12 @@ fn ratio(a: u64, a_per: u64, b: u64, b_per: u64) -> Option<f64> {
     (a_per > 0 && b > 0 && b_per > 0).then(|| (a as f64 / a_per as f64) / (b as f64 / b_per as f64))
 }
 
+/// Pageblocks per type, CMA only where there are some (a replay's zones have no
+/// CMA area, as the traced kernel's had none).
 fn type_counts(c: &[u64; MIGRATE_TYPES]) -> Vec<(String, u64)> {
     Migratetype::ALL
         .iter()
+        .filter(|m| **m != Migratetype::Cma || c[m.idx()] > 0)
         .map(|m| (m.name().to_string(), c[m.idx()]))
         .collect()
 }

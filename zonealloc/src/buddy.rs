@@ -33,6 +33,11 @@
 //! whole pageblock of another type, largest blocks first (retyping it when enough of
 //! it is free or compatible); failing that, *steal* the smallest suitable block of
 //! another type without retyping its pageblock.
+//!
+//! A request that may use CMA pages (`AllocFlags::CMA`: a movable one) takes them
+//! before its own type's when more than half the zone's free pages are CMA pages,
+//! and otherwise between its own type's lists and the claim; `Cma` pageblocks are
+//! never claimed or stolen (see `cma`).
 
 use crate::frame::{Frames, FreeList, Tag, Word};
 use crate::gfp::AllocFlags;

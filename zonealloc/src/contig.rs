@@ -44,7 +44,8 @@ pub enum ContigError {
     InvalidRange,
     /// The range crosses a zone boundary.
     CrossesZone(Pfn),
-    /// A frame of the range is in use (allocated, a hole, or bad).
+    /// A frame of the range is in use (allocated, a hole, or bad), or lies in a
+    /// CMA area.
     Busy(Pfn),
     /// A pageblock of the range is already isolated by another caller.
     Isolated(Pfn),
@@ -508,7 +509,8 @@ impl<B: Backend> ZoneAllocator<B> {
     ///
     /// # Errors
     /// `InvalidRange`, `CrossesZone`; `Isolated` if another caller is isolating a
-    /// pageblock of the range; `Busy` with the first frame in use.
+    /// pageblock of the range; `Busy` with the first frame in use, or the first
+    /// frame of the range in a CMA area (whose memory `cma_alloc` hands out).
     ///
     /// On error nothing is allocated, no frame changes owner, and every pageblock
     /// keeps its type. A range with an allocated frame, a hole or a bad frame in it

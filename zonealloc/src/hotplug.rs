@@ -74,7 +74,8 @@ pub enum OfflineError {
     /// `online_pages` of a range that is not wholly offline.
     NotOffline(Pfn),
     /// An allocated block that cannot move: not movable, or owned by a guard, a
-    /// vmalloc area or a page_frag cache, or bad. Nothing changed.
+    /// vmalloc area or a page_frag cache, or bad; or the first pageblock of a CMA
+    /// area in the range (see `cma`). Nothing changed.
     NotMovable(Pfn),
     /// The range holds movable blocks and no migrator is registered. Nothing
     /// changed.

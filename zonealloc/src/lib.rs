@@ -55,6 +55,7 @@
 //! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | [`vmalloc`] |
 //! | reclaim | `register_shrinker` (a `Shrinker`), `unregister_shrinker`, `balance_node`, `KswapdWorker`, `kswapd_pending`; `Config::watermark_boost_factor` | [`reclaim`] |
 //! | memory offlining | `offline_pages`, `online_pages` | [`hotplug`] |
+//! | contiguous memory areas | `Config::with_cma`, `cma_alloc`, `cma_release`, `cma_area_info` | [`cma`] |
 //! | memory back to the host or the OS | `register_page_reporting` (a `PageReporter`, or `Reporter::Backend`: `madvise` over an arena), `report_free_pages`, `PageReportingWorker`, `page_reporting_stats` | [`reporting`] |
 //! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | [`ZoneAllocator::drain_all_pages`] |
 //! | statistics | `buddyinfo`, `pagetypeinfo`, `zoneinfo`, `vmstat`, `free_counts`, `zone_events`, `pcp_stats`, `extfrag_index`, `unusable_index`, `watermarks`, `zones`, `frame_state`, `managed_pages`, `nr_free_pages` | [`ZoneAllocator::buddyinfo`], [`ZoneInfo`], [`VmStat`] |
@@ -62,7 +63,7 @@
 //!
 //! The modules with pages of their own are those a user reads about: [`arena`],
 //! [`local`], [`contig`], [`compaction`], [`migrate`], [`page_frag`], [`reclaim`],
-//! [`reporting`], [`hotplug`] and [`vmalloc`];
+//! [`reporting`], [`hotplug`], [`cma`] and [`vmalloc`];
 //! the others are internal, and their public types are re-exported here.
 //!
 //! # Layers, one module each, following the allocation path
@@ -76,7 +77,7 @@
 //! compaction state, which lives below it in `compact_state`.
 //! `buddy` and `isolate` add zone-lock-held methods to `zone`'s `ZoneLocked` guard,
 //! and `owned`, `local`, `contig`, `migrate`, `compaction`, `page_frag`, `reporting`,
-//! `reclaim`, `hotplug`, `stats` and `check` add methods to `ZoneAllocator`: each extends the layer below it, never the
+//! `reclaim`, `hotplug`, `cma`, `stats` and `check` add methods to `ZoneAllocator`: each extends the layer below it, never the
 //! other way.
 //!
 //! | module | layer |
@@ -92,7 +93,7 @@
 //! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
 //! | `local`, `owned`, `contig`, `page_frag`, `reporting` | owner-local caches, guards (a cache's blocks too), contiguous and bulk paths, fragments, free page reporting |
 //! | `migrate`, `compaction` | moving a movable block through its owner; the two scanners, suitability, deferral, direct and proactive compaction |
-//! | `reclaim`, `hotplug` | kswapd (which compacts after a watermark boost) and the shrinkers' public side; memory offlining and onlining (which moves blocks through `migrate`) |
+//! | `reclaim`, `hotplug`, `cma` | kswapd (which compacts after a watermark boost) and the shrinkers' public side; memory offlining and onlining, and contiguous memory areas (both move blocks through `migrate`) |
 //! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
 //! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
 
