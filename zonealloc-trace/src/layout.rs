@@ -504,6 +504,23 @@ Node 0, zone   Device
     }
 
     #[test]
+    fn zonealloc_s_own_zoneinfo_reads_back_with_a_cma_area() {
+        use zonealloc::{Config, ZoneAllocator};
+        let za = ZoneAllocator::new(Config {
+            nr_cpus: 2,
+            ..Config::with_bytes(64 << 20).with_cma("dma", Pfn(8192), 4096)
+        })
+        .unwrap();
+        let text = za.zoneinfo().to_string();
+        assert!(text.contains("\n        cma      4096\n"));
+        let l = ZoneLayout::from_zoneinfo_str(&text).unwrap();
+        assert_eq!(l.nr_cpus, Some(2));
+        let z = &l.zones[0];
+        assert_eq!((z.zone_type, z.start_pfn, z.spanned), (ZoneType::Normal, 0, 16384));
+        assert_eq!((z.present, z.managed), (16384, 16384));
+    }
+
+    #[test]
     fn holes_go_at_the_end_of_each_zone() {
         let l = ZoneLayout::linux_6_18_trace_machine();
         let c = l.config(HoleModel::Managed, 2);

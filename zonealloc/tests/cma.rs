@@ -195,6 +195,17 @@ fn cma_alloc_moves_the_borrowers_out() {
         pti.contains("   HighAtomic          CMA      Isolate "),
         "{pti}"
     );
+    // The blocks row reads back by column: the area's 8 pageblocks are CMA's.
+    let row: Vec<u64> = pti
+        .lines()
+        .skip_while(|l| !l.starts_with("Number of blocks type"))
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .skip(4)
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(row, [0, 24, 0, 0, 8, 0], "{pti}");
     za.cma_release(0, run, 1024).unwrap();
     ledger(&za, owned, 0);
     assert_eq!(za.cma_area_info(0).unwrap().release_pages_success, 1024);
