@@ -68,8 +68,10 @@
 //!
 //! # Reentrancy
 //! A migration callback that calls `cma_alloc` on the area whose call it serves
-//! would wait for its own thread: it is answered `CmaError::Reentered` instead.
-//! Any other call from a callback runs as from another thread.
+//! would wait for its own thread: a call from inside a callback that finds the
+//! area's lock taken is answered `CmaError::Reentered` instead of waiting (as
+//! compaction's `Reentered`). Any other call from a callback, `cma_release`
+//! included, runs as from another thread.
 //!
 //! # Where it differs from Linux
 //! * Areas are declared in the configuration, as `cma=` does at boot; there is
@@ -106,8 +108,9 @@ pub enum CmaError {
     /// `count` is zero or larger than the area, the alignment is 64 or more, or
     /// (`cma_release`) the range is not inside the area.
     InvalidRequest,
-    /// Called from inside a migration callback of a `cma_alloc` of the same area,
-    /// which would wait for its own thread. Nothing changed.
+    /// Called from inside a migration callback while a `cma_alloc` of the same
+    /// area is under way: waiting could be waiting for the callback's own thread,
+    /// and a callback never waits. Nothing changed.
     Reentered,
     /// No run of `count` frames at the alignment is left that `cma_alloc` does
     /// not hold already. Nothing changed.
