@@ -516,7 +516,10 @@ Node 0, zone   Device
         let l = ZoneLayout::from_zoneinfo_str(&text).unwrap();
         assert_eq!(l.nr_cpus, Some(2));
         let z = &l.zones[0];
-        assert_eq!((z.zone_type, z.start_pfn, z.spanned), (ZoneType::Normal, 0, 16384));
+        assert_eq!(
+            (z.zone_type, z.start_pfn, z.spanned),
+            (ZoneType::Normal, 0, 16384)
+        );
         assert_eq!((z.present, z.managed), (16384, 16384));
     }
 
