@@ -56,6 +56,10 @@ pub struct TraceArgs {
     /// the zoneinfo's per-CPU counts, pre-trace frees replayed from a pool).
     #[arg(long)]
     cold: bool,
+    /// Do not decay the per-CPU lists' `high` once a second of trace time (default:
+    /// decay, as Linux's vmstat worker does).
+    #[arg(long)]
+    no_decay: bool,
     /// Stop at the first malformed line instead of skipping it.
     #[arg(long)]
     strict: bool,
@@ -185,6 +189,7 @@ fn run_trace(a: &TraceArgs, map: bool, vs_xz: bool) -> Res {
         },
         max_events: a.max_events,
         warm: !a.cold,
+        decay: !a.no_decay,
         ..ReplayOptions::default()
     };
     let (report, state) = replay::run_with_state(&a.trace, &opts)?;

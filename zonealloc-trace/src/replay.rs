@@ -101,6 +101,10 @@ pub struct ReplayOptions {
     /// pre-trace frees replayed from a pool of pages (`Replayer::set_pretrace_pool`).
     /// Off: empty lists, pre-trace frees skipped.
     pub warm: bool,
+    /// Decay each CPU's per-CPU `high` once a second of trace time on that CPU
+    /// (`Replayer::set_decay`), as Linux's vmstat worker does (`decay_pcp_high()`):
+    /// lists a burst grew shrink back, and their pages go back to the buddy lists.
+    pub decay: bool,
 }
 
 impl Default for ReplayOptions {
@@ -115,6 +119,7 @@ impl Default for ReplayOptions {
             sample_every: 2000,
             max_events: None,
             warm: true,
+            decay: true,
         }
     }
 }
@@ -187,6 +192,146 @@ struct Live {
     mt: Migratetype,
 }
 
+/// The blocks held for the trace, indexed by trace frame: one word a frame, in
+/// a table as long as the traced machine's frames. The word of a held block's
+/// head packs its zonealloc frame, order and type (`HELD`); the word of each
+/// other frame of a held block of order > 0 names its head (`COVERED`). The two
+/// never meet on one frame: a block is held only after every held block that
+/// overlaps it was freed. A frame past the table (a trace whose frames the
+/// layout does not cover) goes to hash maps instead. A lookup is one load, where
+/// two hash maps took a hash and a probe each.
+struct Held {
+    table: Vec<u64>,
+    far_heads: PfnMap<Live>,
+    far_covered: PfnMap<u64>,
+    len: usize,
+    covered_len: usize,
+}
+
+/// `Held::table` words: a held block's head, and a frame inside one.
+const HELD: u64 = 1 << 63;
+const COVERED: u64 = 1 << 62;
+/// A zonealloc frame number fits: `pfn << page_shift` fits in 64 bits, and a
+/// page is at least 1 KiB.
+const ZPFN_BITS: u32 = 54;
+const ORDER_SHIFT: u32 = ZPFN_BITS;
+const MT_SHIFT: u32 = ZPFN_BITS + 5;
+
+impl Held {
+    /// Tables for trace frames below `frames`.
+    fn new(frames: u64) -> Held {
+        let n = usize::try_from(frames).unwrap_or(0).min(1 << 32);
+        let mut table = vec![0; n];
+        // Written once here, so that the replay loop takes no page fault on it
+        // (`vec!` of zeros maps pages on first write).
+        table.fill(0);
+        std::hint::black_box(&mut table);
+        Held {
+            table,
+            far_heads: PfnMap::default(),
+            far_covered: PfnMap::default(),
+            len: 0,
+            covered_len: 0,
+        }
+    }
+
+    #[inline]
+    fn pack(l: Live) -> u64 {
+        debug_assert!(l.zpfn < 1 << ZPFN_BITS && l.order < 32);
+        HELD | (u64::from(l.mt.idx() as u8) << MT_SHIFT)
+            | (u64::from(l.order) << ORDER_SHIFT)
+            | l.zpfn
+    }
+
+    #[inline]
+    fn unpack(w: u64) -> Live {
+        Live {
+            zpfn: w & ((1 << ZPFN_BITS) - 1),
+            order: ((w >> ORDER_SHIFT) & 31) as u8,
+            mt: Migratetype::from_idx(((w >> MT_SHIFT) & 7) as usize)
+                .unwrap_or(Migratetype::Movable),
+        }
+    }
+
+    #[inline]
+    fn get(&self, pfn: u64) -> Option<Live> {
+        match self.table.get(pfn as usize) {
+            Some(&w) => (w & HELD != 0).then(|| Held::unpack(w)),
+            None => self.far_heads.get(&pfn).copied(),
+        }
+    }
+
+    #[inline]
+    fn insert(&mut self, pfn: u64, l: Live) {
+        let prev = match self.table.get_mut(pfn as usize) {
+            Some(w) => {
+                debug_assert!(*w & COVERED == 0, "a head inside another held block");
+                core::mem::replace(w, Held::pack(l)) != 0
+            }
+            None => self.far_heads.insert(pfn, l).is_some(),
+        };
+        if !prev {
+            self.len += 1;
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, pfn: u64) -> Option<Live> {
+        let l = match self.table.get_mut(pfn as usize) {
+            Some(w) if *w & HELD != 0 => Some(Held::unpack(core::mem::take(w))),
+            Some(_) => None,
+            None => self.far_heads.remove(&pfn),
+        }?;
+        self.len -= 1;
+        Some(l)
+    }
+
+    #[inline]
+    fn covered_get(&self, pfn: u64) -> Option<u64> {
+        match self.table.get(pfn as usize) {
+            Some(&w) => (w & COVERED != 0).then_some(w & !COVERED),
+            None => self.far_covered.get(&pfn).copied(),
+        }
+    }
+
+    #[inline]
+    fn covered_insert(&mut self, pfn: u64, head: u64) {
+        let prev = match self.table.get_mut(pfn as usize) {
+            Some(w) => {
+                debug_assert!(*w & HELD == 0, "a held head inside another held block");
+                core::mem::replace(w, COVERED | head) != 0
+            }
+            None => self.far_covered.insert(pfn, head).is_some(),
+        };
+        if !prev {
+            self.covered_len += 1;
+        }
+    }
+
+    #[inline]
+    fn covered_remove(&mut self, pfn: u64) {
+        let was = match self.table.get_mut(pfn as usize) {
+            Some(w) if *w & COVERED != 0 => core::mem::take(w) != 0,
+            Some(_) => false,
+            None => self.far_covered.remove(&pfn).is_some(),
+        };
+        if was {
+            self.covered_len -= 1;
+        }
+    }
+
+    /// Every held block, by trace frame of its head: the table's in ascending
+    /// order, then the hash map's.
+    fn iter(&self) -> impl Iterator<Item = (u64, Live)> + '_ {
+        self.table
+            .iter()
+            .enumerate()
+            .filter(|(_, &w)| w & HELD != 0)
+            .map(|(p, &w)| (p as u64, Held::unpack(w)))
+            .chain(self.far_heads.iter().map(|(&p, &l)| (p, l)))
+    }
+}
+
 /// What the replay did with the events.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ReplayCounts {
@@ -234,6 +379,9 @@ pub struct ReplayCounts {
     pub allocator_calls: u64,
     /// Pages put on the per-CPU lists before the first event (warm start).
     pub warm_pcp_pages: u64,
+    /// `decay_pcp_high()` runs on a CPU, once a second of its trace time
+    /// (`ReplayOptions::decay`).
+    pub decays: u64,
 }
 
 /// One `buddyinfo()` sample.
@@ -250,10 +398,9 @@ pub struct BuddySample {
 /// A trace being replayed into a zonealloc instance.
 pub struct Replayer {
     za: ZoneAllocator,
-    /// Held blocks by the trace pfn of their head.
-    live: PfnMap<Live>,
-    /// Every other trace pfn of held blocks of order > 0, to its block's head.
-    covered: PfnMap<u64>,
+    /// Held blocks by the trace pfn of their head, and every other trace pfn of
+    /// held blocks of order > 0, to its block's head.
+    live: Held,
     failed: PfnSet,
     /// zonealloc order-0 pages standing for memory in use before the trace.
     pool: Vec<u64>,
@@ -273,7 +420,14 @@ pub struct Replayer {
     next_sample: u64,
     replayed: u64,
     pageblocks_at_start: Vec<[u64; MIGRATE_TYPES]>,
+    /// Per CPU: the trace time of its next `decay_pcp_high()` (`set_decay`); empty
+    /// when off.
+    next_decay_ns: Vec<Option<u64>>,
 }
+
+/// Linux's `sysctl_stat_interval`: the vmstat worker runs once a second on each
+/// CPU.
+const DECAY_INTERVAL_NS: u64 = 1_000_000_000;
 
 impl Replayer {
     /// A replay into a fresh allocator built from `config`; `sample_every` as in
@@ -282,16 +436,22 @@ impl Replayer {
     /// # Errors
     /// The configuration's first problem.
     pub fn new(config: Config, sample_every: u64) -> Result<Replayer, ConfigError> {
+        // The traced machine's frames: the zones' end (the replay's layout is the
+        // trace's).
+        let end_pfn = config
+            .nodes
+            .iter()
+            .flat_map(|n| n.zones.iter())
+            .map(|z| z.end_pfn().0)
+            .max()
+            .unwrap_or(0);
         let za = ZoneAllocator::new(config)?;
         let max_order = za.config().max_order.0 as usize;
         let pageblocks_at_start = za.free_counts().iter().map(|z| z.nr_blocks).collect();
         let pcp_baseline = za.pcp_stats().into_iter().map(|z| z.cpus).collect();
         let mut r = Replayer {
             za,
-            // Sized for a typical trace's working set, so the timed loop does not
-            // stop to rehash early on.
-            live: PfnMap::with_capacity_and_hasher(1 << 17, BuildHasherDefault::default()),
-            covered: PfnMap::default(),
+            live: Held::new(end_pfn),
             failed: PfnSet::default(),
             pool: Vec::new(),
             pretrace_pool: false,
@@ -310,6 +470,7 @@ impl Replayer {
             next_sample: 0,
             replayed: 0,
             pageblocks_at_start,
+            next_decay_ns: Vec::new(),
         };
         if sample_every > 0 {
             r.sample();
@@ -331,8 +492,8 @@ impl Replayer {
     /// Blocks held for the trace now: zonealloc's head, order and migratetype.
     pub fn live_blocks(&self) -> impl Iterator<Item = (Pfn, Order, Migratetype)> + '_ {
         self.live
-            .values()
-            .map(|l| (Pfn(l.zpfn), Order(l.order), l.mt))
+            .iter()
+            .map(|(_, l)| (Pfn(l.zpfn), Order(l.order), l.mt))
     }
 
     /// The `buddyinfo()` samples taken so far.
@@ -387,14 +548,46 @@ impl Replayer {
         });
     }
 
+    /// Turns on (or off) the vmstat worker's decay of each CPU's `high`: once a
+    /// second of trace time on a CPU, from the first record seen on it, the
+    /// replay calls `pcp_decay_cpu` for it before applying the record, as Linux's
+    /// deferrable vmstat work runs when the CPU next runs.
+    pub fn set_decay(&mut self, on: bool) {
+        self.next_decay_ns = if on {
+            vec![None; self.za.config().nr_cpus]
+        } else {
+            Vec::new()
+        };
+    }
+
+    /// Runs the vmstat worker's decay on the record's CPU if its second is up.
+    #[inline]
+    fn tick(&mut self, r: &Record) {
+        let n = self.next_decay_ns.len();
+        if n == 0 {
+            return;
+        }
+        let cpu = r.cpu as usize % n;
+        match self.next_decay_ns[cpu] {
+            None => self.next_decay_ns[cpu] = Some(r.time_ns + DECAY_INTERVAL_NS),
+            Some(t) if r.time_ns >= t => {
+                self.za.pcp_decay_cpu(cpu);
+                self.counts.decays += 1;
+                self.next_decay_ns[cpu] = Some(r.time_ns + DECAY_INTERVAL_NS);
+            }
+            Some(_) => {}
+        }
+    }
+
     /// Replays one record (untimed).
     #[inline]
     pub fn apply(&mut self, r: &Record) {
+        self.tick(r);
         self.events.add(r.event.kind());
         let cpu = r.cpu as usize;
         let live = &self.live;
         let action = Action::of(&r.event, self.za.config().max_order.0, |p| {
-            live.get(&p).map(|l| l.order)
+            live.get(p).map(|l| l.order)
         });
         match action {
             Action::KernelFailedAlloc => self.counts.kernel_failed_allocs += 1,
@@ -412,9 +605,9 @@ impl Replayer {
                 }
                 if order > 0 {
                     self.counts.overlap_frees += self.free_overlapping(cpu, pfn, order);
-                } else if !self.covered.is_empty() {
+                } else if self.live.covered_len > 0 {
                     // Order 0, its head already checked: only a larger block around it.
-                    if let Some(&head) = self.covered.get(&pfn) {
+                    if let Some(head) = self.live.covered_get(pfn) {
                         if let Some(l) = self.release(head) {
                             self.counts.overlap_frees += 1;
                             self.free_block(cpu, l);
@@ -431,7 +624,7 @@ impl Replayer {
             }
             Action::OrderMismatch => self.counts.free_order_mismatch += 1,
             Action::PartialFree { head, pfn, order } => {
-                if let Some(&l) = self.live.get(&head) {
+                if let Some(l) = self.live.get(head) {
                     self.split_and_free(cpu, head, l, pfn, order);
                 }
             }
@@ -467,6 +660,11 @@ impl Replayer {
             }
             Action::KernelDrain { pfn, order } => {
                 self.kernel.drain_blocks += 1;
+                let k = &mut self.kernel.drain_blocks_by_cpu;
+                if k.len() <= cpu {
+                    k.resize(cpu + 1, 0);
+                }
+                k[cpu] += 1;
                 if self.holds_any(pfn, order) {
                     self.counts.lost_frees_at_drain += self.free_overlapping(cpu, pfn, order);
                 }
@@ -491,7 +689,7 @@ impl Replayer {
     fn hold(&mut self, pfn: u64, l: Live) {
         if l.order > 0 {
             for p in pfn + 1..pfn + (1u64 << l.order) {
-                self.covered.insert(p, pfn);
+                self.live.covered_insert(p, pfn);
             }
         }
         self.live.insert(pfn, l);
@@ -500,10 +698,10 @@ impl Replayer {
     /// Stops holding the trace block whose head is `pfn`.
     #[inline]
     fn release(&mut self, pfn: u64) -> Option<Live> {
-        let l = self.live.remove(&pfn)?;
+        let l = self.live.remove(pfn)?;
         if l.order > 0 {
             for p in pfn + 1..pfn + (1u64 << l.order) {
-                self.covered.remove(&p);
+                self.live.covered_remove(p);
             }
         }
         Some(l)
@@ -513,7 +711,7 @@ impl Replayer {
     /// (exact for order 0, a cheap first test for higher orders).
     #[inline]
     fn holds_any(&self, pfn: u64, order: u8) -> bool {
-        order > 0 || self.live.contains_key(&pfn) || self.covered.contains_key(&pfn)
+        order > 0 || self.live.get(pfn).is_some() || self.live.covered_get(pfn).is_some()
     }
 
     /// Frees every held block that overlaps the trace frames `[pfn, pfn + 2^order)`:
@@ -522,7 +720,7 @@ impl Replayer {
     fn free_overlapping(&mut self, cpu: usize, pfn: u64, order: u8) -> u64 {
         let mut n = 0;
         // A block that starts before the range and reaches into it holds `pfn`.
-        if let Some(&head) = self.covered.get(&pfn) {
+        if let Some(head) = self.live.covered_get(pfn) {
             if let Some(l) = self.release(head) {
                 self.free_block(cpu, l);
                 n += 1;
@@ -748,7 +946,6 @@ impl Replayer {
             .live
             .iter()
             .filter(|(_, l)| types.contains(&l.mt))
-            .map(|(&p, &l)| (p, l))
             .collect();
         let mut pages = 0;
         for (p, l) in victims {
@@ -774,6 +971,7 @@ impl Replayer {
         let mut zones_pcp = Vec::new();
         let mut tot = PcpTotals::default();
         let mut by_cpu = vec![0u64; za.config().nr_cpus];
+        let mut drains_by_cpu = vec![0u64; za.config().nr_cpus];
         for (zi, z) in pcp.iter().enumerate() {
             let mut t = PcpTotals {
                 zone: format!("{}", z.id.zone_type),
@@ -794,6 +992,9 @@ impl Replayer {
                 }
                 t.drains += c.drains - b.drains;
                 t.drain_blocks += c.drain_blocks - b.drain_blocks;
+                if let Some(x) = drains_by_cpu.get_mut(ci) {
+                    *x += c.drain_blocks - b.drain_blocks;
+                }
                 t.pages_on_lists += c.count;
             }
             tot.refills += t.refills;
@@ -819,8 +1020,8 @@ impl Replayer {
         let end = EndState {
             nr_free_pages: za.nr_free_pages(),
             nr_pcp_pages: za.nr_pcp_pages(),
-            live_blocks: self.live.len() as u64,
-            live_pages: self.live.values().map(|l| 1u64 << l.order).sum(),
+            live_blocks: self.live.len as u64,
+            live_pages: self.live.iter().map(|(_, l)| 1u64 << l.order).sum(),
             pool_pages: self.pool.len() as u64,
             unusable_index_pageblock_order: za
                 .buddyinfo()
@@ -884,6 +1085,12 @@ impl Replayer {
                     k.resize(za.config().nr_cpus.max(k.len()), 0);
                     k
                 },
+                zonealloc_drain_blocks_by_cpu: drains_by_cpu,
+                kernel_drain_blocks_by_cpu: {
+                    let mut k = self.kernel.drain_blocks_by_cpu.clone();
+                    k.resize(za.config().nr_cpus.max(k.len()), 0);
+                    k
+                },
                 allocs: c.allocs,
                 kernel_frees: self.events.get(EventKind::Free),
                 zonealloc_frees: za_frees,
@@ -894,6 +1101,7 @@ impl Replayer {
                     self.kernel.drain_blocks,
                     self.events.get(EventKind::Free),
                 ),
+                drain_ratio_raw: ratio(drain_blocks, 1, self.kernel.drain_blocks, 1),
             },
             fallback: FallbackComparison {
                 kernel_extfrag: self.kernel.extfrag,
@@ -1052,6 +1260,9 @@ struct KernelCounts {
     refill_blocks_by_cpu: Vec<u64>,
     zone_locked_other: u64,
     drain_blocks: u64,
+    /// Drain blocks per CPU (the CPU each `mm_page_pcpu_drain` was recorded on;
+    /// grown on demand).
+    drain_blocks_by_cpu: Vec<u64>,
     extfrag: u64,
     extfrag_fragmenting: u64,
     extfrag_change_ownership: u64,
@@ -1124,6 +1335,10 @@ pub struct PcpComparison {
     pub zonealloc_refill_blocks_by_cpu: Vec<u64>,
     /// The kernel's refill blocks per CPU.
     pub kernel_refill_blocks_by_cpu: Vec<u64>,
+    /// zonealloc's drain blocks per CPU, all zones.
+    pub zonealloc_drain_blocks_by_cpu: Vec<u64>,
+    /// The kernel's drain blocks per CPU (the CPU the event was recorded on).
+    pub kernel_drain_blocks_by_cpu: Vec<u64>,
     /// The kernel's `mm_page_alloc_zone_locked` events with `percpu_refill=1`.
     pub kernel_refill_blocks: u64,
     /// The kernel's `mm_page_alloc_zone_locked` events with `percpu_refill=0`
@@ -1143,8 +1358,12 @@ pub struct PcpComparison {
     /// kernel refilled nothing).
     pub refill_ratio: Option<f64>,
     /// zonealloc's drain blocks per free over the kernel's (`None` when the kernel
-    /// drained nothing).
+    /// drained nothing): each side's drains divided by its own frees, zonealloc's
+    /// counting the frees the replay recovered (`zonealloc_frees`).
     pub drain_ratio: Option<f64>,
+    /// zonealloc's drain blocks over the kernel's, raw (`None` when the kernel
+    /// drained nothing).
+    pub drain_ratio_raw: Option<f64>,
 }
 
 /// Pageblocks per migratetype in one zone.
@@ -1338,6 +1557,11 @@ impl fmt::Display for ReplayReport {
             c.warm_pcp_pages,
             c.free_errors
         )?;
+        writeln!(
+            f,
+            "  per-CPU high decayed (decay_pcp_high, once a second of each CPU's trace time): {} times",
+            c.decays
+        )?;
         if c.alloc_failures > 0 {
             writeln!(
                 f,
@@ -1395,12 +1619,32 @@ impl fmt::Display for ReplayReport {
                 z.zone, z.refill_blocks, z.drain_blocks, z.pages_on_lists
             )?;
         }
+        let show = |r: Option<f64>| r.map_or("n/a (kernel: 0)".to_string(), |r| format!("{r:.2}x"));
         writeln!(
             f,
-            "  refill blocks per CPU: zonealloc {:?}, kernel {:?}",
-            pc.zonealloc_refill_blocks_by_cpu, pc.kernel_refill_blocks_by_cpu
+            "  per CPU                refill blocks: zonealloc / kernel          drain blocks: zonealloc / kernel"
         )?;
-        let show = |r: Option<f64>| r.map_or("n/a (kernel: 0)".to_string(), |r| format!("{r:.2}x"));
+        let cpus = pc
+            .zonealloc_refill_blocks_by_cpu
+            .len()
+            .max(pc.kernel_refill_blocks_by_cpu.len());
+        for cpu in 0..cpus {
+            let at = |v: &[u64]| v.get(cpu).copied().unwrap_or(0);
+            let (zr, kr) = (
+                at(&pc.zonealloc_refill_blocks_by_cpu),
+                at(&pc.kernel_refill_blocks_by_cpu),
+            );
+            let (zd, kd) = (
+                at(&pc.zonealloc_drain_blocks_by_cpu),
+                at(&pc.kernel_drain_blocks_by_cpu),
+            );
+            writeln!(
+                f,
+                "    CPU {cpu:<4}  {zr:>12} / {kr:<12} = {:<16} {zd:>12} / {kd:<12} = {}",
+                show(ratio(zr, 1, kr, 1)),
+                show(ratio(zd, 1, kd, 1)),
+            )?;
+        }
         writeln!(
             f,
             "  refill blocks per allocation: zonealloc {:.3}, kernel {:.3}: {}",
@@ -1416,6 +1660,14 @@ impl fmt::Display for ReplayReport {
             pc.kernel_drain_blocks as f64 / pc.kernel_frees.max(1) as f64,
             pc.kernel_frees,
             show(pc.drain_ratio)
+        )?;
+        writeln!(
+            f,
+            "  drain blocks, raw:            zonealloc {} / kernel {}: {}  (per free divides each \
+             side by its own frees, zonealloc's counting the frees it recovered; raw does not)",
+            pc.zonealloc.drain_blocks,
+            pc.kernel_drain_blocks,
+            show(pc.drain_ratio_raw)
         )?;
         let fb = &self.fallback;
         writeln!(
@@ -1546,6 +1798,9 @@ pub fn run_with_state(
         let warm = warm_state(count, high, &buf, c.nr_cpus, c.pageblock_order.0);
         rp.warm_start(&warm, &mix);
         rp.set_pretrace_pool(true);
+    }
+    if opts.decay {
+        rp.set_decay(true);
     }
     let mut done = buf.len() as u64;
     rp.replay(&buf);

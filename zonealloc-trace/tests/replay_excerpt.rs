@@ -459,3 +459,62 @@ fn warm_state_reads_each_list_from_the_first_refill() {
         3
     );
 }
+
+/// CPU 0 allocates 3,000 pages and frees them in a burst (its list grows far
+/// above its minimum `high`), then is idle for five seconds of trace time; CPU 1
+/// records one kernel drain.
+fn burst_then_idle() -> String {
+    let mut t = String::new();
+    for i in 0..3000u64 {
+        t += &format!(
+            " cc-1 [000] d..1. 1.{:06}: mm_page_alloc: page=0x1 pfn={:#x} order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE\n",
+            i,
+            0x10000 + i
+        );
+    }
+    for i in 0..3000u64 {
+        t += &format!(
+            " cc-1 [000] d..1. 1.{:06}: mm_page_free: page=0x1 pfn={:#x} order=0\n",
+            3000 + i,
+            0x10000 + i
+        );
+    }
+    t += " cc-1 [001] d..1. 1.100000: mm_page_pcpu_drain: page=0x1 pfn=0x30000 order=0 migratetype=1\n";
+    t += " cc-1 [000] d..1. 6.000000: mm_page_alloc: page=0x1 pfn=0x20000 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE\n";
+    t
+}
+
+#[test]
+fn an_idle_cpu_s_list_decays_once_a_second_of_trace_time() {
+    let path =
+        std::env::temp_dir().join(format!("zonealloc-trace-decay-{}.txt", std::process::id()));
+    std::fs::write(&path, burst_then_idle()).unwrap();
+    let run = |decay| replay::run(&path, &ReplayOptions { decay, ..small() });
+    let (on, off) = (run(true), run(false));
+    std::fs::remove_file(&path).unwrap();
+    let (on, off) = (on.unwrap(), off.unwrap());
+    // CPU 0's clock starts at its first record (1.0 s): its vmstat second is up
+    // at the record of 6.0 s, once (the work runs when the CPU next runs).
+    assert_eq!(on.counts.decays, 1);
+    assert_eq!(off.counts.decays, 0);
+    let drained = |r: &replay::ReplayReport| r.pcp.zonealloc_drain_blocks_by_cpu[0];
+    assert!(
+        drained(&on) > drained(&off),
+        "the decay flushed part of CPU 0's list: {} against {}",
+        drained(&on),
+        drained(&off)
+    );
+    // Per CPU, both sides; the raw ratio is drains over drains.
+    assert_eq!(on.pcp.kernel_drain_blocks_by_cpu, vec![0, 1]);
+    assert_eq!(
+        on.pcp.zonealloc_drain_blocks_by_cpu.iter().sum::<u64>(),
+        on.pcp.zonealloc.drain_blocks
+    );
+    assert_eq!(
+        on.pcp.drain_ratio_raw,
+        Some(on.pcp.zonealloc.drain_blocks as f64)
+    );
+    let text = on.to_string();
+    assert!(text.contains("drain blocks, raw:"), "{text}");
+    assert!(text.contains("    CPU 1 "), "{text}");
+}

@@ -1191,6 +1191,19 @@ impl<B: Backend> ZoneAllocator<B> {
         more
     }
 
+    /// `decay_pcp_high()` on CPU `cpu` (taken modulo `nr_cpus`) in every zone: what
+    /// Linux's vmstat worker does on that CPU once a second while it runs (a
+    /// replay of a trace calls it on each CPU's own clock). Returns whether the
+    /// CPU has more to decay.
+    pub fn pcp_decay_cpu(&self, cpu: usize) -> bool {
+        let cpu = self.cpu_index(cpu);
+        let mut more = false;
+        for z in self.zones.iter() {
+            more |= z.pcp_lock(cpu).decay(self.config.pcp.prefetch_buddy);
+        }
+        more
+    }
+
     /// Pages on every CPU's lists and stacks, and in `LocalCache`s, all zones
     /// (free, but not in `nr_free_pages`). Lock-free; exact once quiet.
     pub fn nr_pcp_pages(&self) -> u64 {
