@@ -595,3 +595,56 @@ mod property {
         }
     }
 }
+
+#[test]
+fn over_an_arena_the_borrowers_bytes_move_with_them() {
+    use zonealloc::ArenaOptions;
+    let config = Config {
+        nr_cpus: 1,
+        ..Config::with_bytes(16 << 20).with_cma("arena", Pfn(2048), 1024)
+    };
+    let za = ZoneAllocator::with_arena(config, ArenaOptions::default()).unwrap();
+    let owner = Arc::new(Owner::default());
+    za.set_migrator(Some(owner.clone()));
+    let mut all = Vec::new();
+    while let Ok(p) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NOWAIT, Order(0)) {
+        all.push(p);
+    }
+    for p in all {
+        if p.0 % 2 == 0 {
+            owner.pages.lock().unwrap().insert(p);
+        } else {
+            za.free_pages(p, Order(0)).unwrap();
+        }
+    }
+    let pages: Vec<Pfn> = owner.pages.lock().unwrap().iter().copied().collect();
+    for &p in &pages {
+        let a = za.page_address(p).unwrap().as_ptr();
+        // SAFETY: the arena maps a page at each frame's address, and this
+        // allocated page is the owner's alone.
+        unsafe { a.write_bytes((p.0 % 251) as u8, 4096) };
+    }
+    // Remember which byte each owned page holds, by its frame now.
+    let tag: std::collections::HashMap<Pfn, u8> =
+        pages.iter().map(|&p| (p, (p.0 % 251) as u8)).collect();
+    let run = za.cma_alloc(0, 1024, Order(0)).unwrap();
+    assert_eq!(run, Pfn(2048));
+    let moved: Vec<Pfn> = owner.pages.lock().unwrap().iter().copied().collect();
+    assert_eq!(moved.len(), pages.len());
+    let mut seen: Vec<u8> = moved
+        .iter()
+        .map(|&p| {
+            assert!(!(2048..3072).contains(&p.0), "{p} left in the run");
+            // SAFETY: as above.
+            unsafe { *za.page_address(p).unwrap().as_ptr().add(4095) }
+        })
+        .collect();
+    let mut want: Vec<u8> = tag.values().copied().collect();
+    seen.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(seen, want, "every page's bytes went with it");
+    za.cma_release(0, run, 1024).unwrap();
+    za.drain_all_pages();
+    let r = za.check_invariants().unwrap();
+    assert_eq!((r.allocated_pages, r.cma_pages), (pages.len() as u64, 0));
+}
