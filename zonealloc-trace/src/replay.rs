@@ -222,10 +222,13 @@ impl Held {
     fn new(frames: u64) -> Held {
         let n = usize::try_from(frames).unwrap_or(0).min(1 << 32);
         let mut table = vec![0; n];
-        // Written once here, so that the replay loop takes no page fault on it
-        // (`vec!` of zeros maps pages on first write).
-        table.fill(0);
-        std::hint::black_box(&mut table);
+        // A word of each page written once here, so that the replay loop takes no
+        // page fault on the table (`vec!` of zeros maps its pages on first write).
+        // `black_box` keeps the compiler from dropping stores of a zero it knows
+        // is there.
+        for w in table.iter_mut().step_by(512) {
+            *w = std::hint::black_box(0);
+        }
         Held {
             table,
             far_heads: PfnMap::default(),
