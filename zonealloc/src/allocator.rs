@@ -660,7 +660,8 @@ impl<B: Backend> ZoneAllocator<B> {
                     && (!gfp.contains(Gfp::THISZONE) || z.index == first)
             });
             let retry = || self.get_page_from_freelist(&req, slow);
-            if let Some(p) = self.compact_for(zones, highest, order, retry) {
+            let cma = req.mt == Migratetype::Movable;
+            if let Some(p) = self.compact_for(zones, highest, order, cma, retry) {
                 return Ok(p);
             }
         }
@@ -688,14 +689,15 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// `wake_all_kswapds()`: marks the request's node for kswapd when one of its
-    /// eligible zones is below its high watermark (boost included).
+    /// eligible zones is below its high watermark (boost included; free CMA
+    /// pages left out, as `pgdat_balanced()` leaves them).
     #[cold]
     fn wake_kswapd(&self, req: &Request) {
         let short = self.zonelist(req.nid).any(|z| {
             z.zone_type() <= req.highest
                 && z.id.node == req.nid
                 && z.present_now() > 0
-                && z.nr_free_pages() <= z.wmark(Wmark::High)
+                && z.nr_free_pages_no_cma() <= z.wmark(Wmark::High)
         });
         if short {
             self.reclaim.wake(req.nid);
@@ -1476,12 +1478,14 @@ pub(crate) trait DirectCompact {
     fn compacts_directly(&self, gfp: Gfp, order: Order) -> bool;
 
     /// Compacts `zones` (the request's zonelist, filtered) in turn, each followed
-    /// by the allocation attempt `retry`; the block `retry` got, if any.
+    /// by the allocation attempt `retry`; the block `retry` got, if any. `cma`:
+    /// the request may take pages of CMA pageblocks (a movable one).
     fn compact_for<'a>(
         &'a self,
         zones: impl Iterator<Item = &'a Zone>,
         highest: ZoneType,
         order: Order,
+        cma: bool,
         retry: impl FnMut() -> Option<Pfn>,
     ) -> Option<Pfn>;
 }

@@ -228,6 +228,7 @@ impl<B: Backend> DirectCompact for ZoneAllocator<B> {
         zones: impl Iterator<Item = &'a Zone>,
         highest: ZoneType,
         order: Order,
+        cma: bool,
         mut retry: impl FnMut() -> Option<Pfn>,
     ) -> Option<Pfn> {
         let m = self.migrator()?;
@@ -249,7 +250,7 @@ impl<B: Backend> DirectCompact for ZoneAllocator<B> {
             // at the highest priority (Linux's escalation).
             for prio in [Prio::Async, Prio::SyncFull] {
                 let full = prio == Prio::SyncFull;
-                let r = self.compact_zone_locked(z, &mut st, Some(order), None, prio, &*m);
+                let r = self.compact_zone_locked(z, &mut st, Some(order), cma, None, prio, &*m);
                 let got = retry();
                 if r.owner_panics > 0 && got.is_none() {
                     // The owner is in trouble: call it no more for this request.
@@ -296,6 +297,9 @@ enum Prio {
 struct Control<'m> {
     /// Order asked for; `None`: compact the whole zone.
     order: Option<Order>,
+    /// The request may take CMA pages (Linux: `cc->migratetype` is movable and
+    /// `ALLOC_CMA` set), so a free CMA block of the order is a success.
+    cma: bool,
     /// Proactive: stop when the zone's score reaches the low watermark.
     proactive_low: Option<u64>,
     /// Look at hinted pageblocks too.
@@ -443,7 +447,7 @@ impl<B: Backend> ZoneAllocator<B> {
             }
             None => return Err(CompactError::Reentered),
         };
-        let r = self.compact_zone_locked(z, &mut st, order, None, Prio::Whole, m);
+        let r = self.compact_zone_locked(z, &mut st, order, false, None, Prio::Whole, m);
         if r.owner_panics > 0 {
             return Err(CompactError::OwnerPanicked);
         }
@@ -512,7 +516,15 @@ impl<B: Backend> ZoneAllocator<B> {
             let Some(mut st) = self.compact.zones[z.index].try_lock() else {
                 continue;
             };
-            total.add(&self.compact_zone_locked(z, &mut st, None, Some(low), Prio::Whole, &*m));
+            total.add(&self.compact_zone_locked(
+                z,
+                &mut st,
+                None,
+                false,
+                Some(low),
+                Prio::Whole,
+                &*m,
+            ));
         }
         Some(total)
     }
@@ -558,11 +570,15 @@ impl<B: Backend> ZoneAllocator<B> {
     // -------------------------------------------------------------------------
 
     /// `compact_zone()` with the zone's compaction lock held, at priority `prio`.
+    /// `cma`: the run is for a request that may take CMA pages (a free CMA block
+    /// of the order then ends it).
+    #[allow(clippy::too_many_arguments)]
     fn compact_zone_locked(
         &self,
         z: &Zone,
         st: &mut ZoneCompact,
         order: Option<Order>,
+        cma: bool,
         proactive_low: Option<u64>,
         prio: Prio,
         m: &dyn Migrate,
@@ -587,6 +603,7 @@ impl<B: Backend> ZoneAllocator<B> {
         };
         let mut cc = Control {
             order,
+            cma,
             proactive_low,
             ignore_skip: full,
             ignore_block_suitable: prio == Prio::SyncFull,
@@ -674,9 +691,11 @@ impl<B: Backend> ZoneAllocator<B> {
         let c = &z.counters.nr_free;
         let pb = z.pageblock_order;
         for o in order.idx()..=z.max_order.idx() {
-            // A movable request may take a free CMA block too.
-            if c[o][Migratetype::Movable.idx()].get() > 0 || c[o][Migratetype::Cma.idx()].get() > 0
-            {
+            if c[o][Migratetype::Movable.idx()].get() > 0 {
+                return Some(CompactResult::Success);
+            }
+            // A movable request may take a free CMA block too; no other may.
+            if cc.cma && c[o][Migratetype::Cma.idx()].get() > 0 {
                 return Some(CompactResult::Success);
             }
             // A whole free pageblock of another ordinary type can be claimed.

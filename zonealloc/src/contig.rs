@@ -453,7 +453,7 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         let cpu = self.current_cpu();
         let mt = gfp.migratetype();
-        let flags = AllocFlags::checking(Wmark::Low);
+        let flags = AllocFlags::checking(Wmark::Low).cma_for(gfp);
         let highest = gfp.highest_zone();
         // The first eligible zone with room for the whole request above its low mark.
         let zone = self.zonelist(0).find(|z| {

@@ -180,12 +180,13 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// Whether every populated zone of node `nid` is above its high watermark,
-    /// boost included (`pgdat_balanced()`).
+    /// boost included, free CMA pages left out (`pgdat_balanced()`, whose
+    /// watermark test has no `ALLOC_CMA`).
     fn node_balanced(&self, nid: u16) -> bool {
         self.zones
             .iter()
             .filter(|z| z.id.node == nid && z.present_now() > 0)
-            .all(|z| z.nr_free_pages() > z.wmark(Wmark::High))
+            .all(|z| z.nr_free_pages_no_cma() > z.wmark(Wmark::High))
     }
 
     /// kswapd's `balance_pgdat()` for node `nid`: asks the shrinkers for memory at

@@ -500,6 +500,15 @@ impl Zone {
         self.counters.nr_free_pages.get()
     }
 
+    /// Free pages any request may use: `nr_free_pages` less the free CMA pages,
+    /// as Linux's kswapd judges a zone (`zone_watermark_ok_safe()` without
+    /// `ALLOC_CMA`).
+    #[inline]
+    pub fn nr_free_pages_no_cma(&self) -> u64 {
+        self.nr_free_pages()
+            .saturating_sub(self.counters.nr_free_cma.get())
+    }
+
     /// `__zone_watermark_unusable_free()`: free pages this request may not count.
     #[inline]
     fn unusable_free(&self, order: Order, flags: AllocFlags) -> i64 {

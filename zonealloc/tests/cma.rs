@@ -648,3 +648,58 @@ fn over_an_arena_the_borrowers_bytes_move_with_them() {
     let r = za.check_invariants().unwrap();
     assert_eq!((r.allocated_pages, r.cma_pages), (pages.len() as u64, 0));
 }
+
+#[test]
+fn an_idle_area_does_not_end_compaction_for_an_unmovable_request() {
+    // Every other page outside the area held by the owner, the area free: no
+    // order-4 block outside it. Free CMA blocks must not count as success for a
+    // request that may not take them.
+    let za = allocator();
+    let owner = Arc::new(Owner::default());
+    za.set_migrator(Some(owner.clone()));
+    fill_movable(&za, &owner, |p| !in_area(p) && p.0 % 2 == 0);
+    // Whatever free blocks of order 4 or more the fill left outside the area
+    // (below the watermark it stopped at) are taken, without compacting.
+    za.drain_all_pages();
+    let mut held = Vec::new();
+    while let Ok(p) = za.alloc_pages(Gfp::NOWAIT, Order(4)) {
+        assert!(!in_area(p));
+        held.push(p);
+    }
+    assert_eq!(za.compaction_stats().compact_stall, 0);
+    let p = za.alloc_pages(Gfp::KERNEL, Order(4)).unwrap();
+    assert!(!in_area(p), "{p}");
+    let c = za.compaction_stats();
+    assert!(c.compact_success >= 1 && c.pgmigrate_success > 0, "{c:?}");
+    za.free_pages(p, Order(4)).unwrap();
+    for q in held {
+        za.free_pages(q, Order(4)).unwrap();
+    }
+    let owned = owner.pages.lock().unwrap().len() as u64;
+    ledger(&za, owned, 0);
+}
+
+#[test]
+fn bulk_movable_allocations_borrow_the_area_and_kswapd_leaves_it_out() {
+    // 48 of the 64 MiB are the area: a movable bulk request takes it first.
+    let za = ZoneAllocator::new(Config {
+        nr_cpus: 1,
+        ..Config::with_bytes(BYTES).with_cma("big", Pfn(4096), 12288)
+    })
+    .unwrap();
+    let mut pages = vec![None; 64];
+    assert_eq!(za.alloc_pages_bulk(Gfp::HIGHUSER_MOVABLE, &mut pages), 64);
+    assert!(pages.iter().flatten().all(|p| p.0 >= 4096));
+    // Unmovable pages down to the watermark outside the area: the node is short
+    // for kswapd although the area is nearly all free.
+    let mut kernel = Vec::new();
+    while let Ok(p) = za.alloc_pages(Gfp::KERNEL | Gfp::NOWAIT, Order(0)) {
+        kernel.push(p);
+    }
+    assert!(kernel.iter().all(|p| p.0 < 4096));
+    assert!(za.alloc_pages(Gfp::KERNEL, Order(0)).is_err());
+    assert!(za.kswapd_pending(0), "kswapd woken with the area free");
+    for p in kernel.into_iter().chain(pages.into_iter().flatten()) {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+}
