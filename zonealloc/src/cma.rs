@@ -92,9 +92,9 @@ use crate::backend::Backend;
 use crate::config::CmaConfig;
 use crate::counter::Counter;
 use crate::error::FreeError;
-use crate::frame::{Tag, FLAG_CMA};
+use crate::frame::FLAG_CMA;
 use crate::hook::InCallback;
-use crate::migrate::{is_movable_candidate, MoveOutError};
+use crate::migrate::{Blocker, MoveOutError};
 use crate::migrator::Migrate;
 use crate::sync::{Lock, TryLock};
 use crate::types::{Migratetype, Order, Pfn};
@@ -423,27 +423,9 @@ impl<B: Backend> ZoneAllocator<B> {
         m: Option<&dyn Migrate>,
     ) -> Result<(), CmaError> {
         // 1. Lock-free look: what can never be had fails the run at once.
-        let mut movable = false;
-        let mut p = (start.0 & !(z.max_order.nr_pages() - 1)).max(z.start_pfn);
-        while p < end.0 {
-            let w = z.frames.word(z.idx(Pfn(p)));
-            let step = if w.tag() == Tag::Tail {
-                1
-            } else {
-                w.order().nr_pages()
-            };
-            if p + step > start.0 {
-                match w.tag() {
-                    Tag::Hole | Tag::Bad => return Err(CmaError::Busy(Pfn(p.max(start.0)))),
-                    Tag::Alloc if !is_movable_candidate(w) => {
-                        return Err(CmaError::Busy(Pfn(p.max(start.0))))
-                    }
-                    Tag::Alloc => movable = true,
-                    _ => {}
-                }
-            }
-            p += step;
-        }
+        let movable = Self::movable_precheck(z, start.0, end.0).map_err(|b| match b {
+            Blocker::Hole(p) | Blocker::Pinned(p) => CmaError::Busy(p),
+        })?;
         if movable && m.is_none() {
             return Err(CmaError::NoMigrator);
         }

@@ -57,8 +57,8 @@ use alloc::vec::Vec;
 
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
-use crate::frame::{Tag, Word};
-use crate::migrate::{is_movable_candidate, MoveOutError};
+use crate::frame::Word;
+use crate::migrate::{Blocker, MoveOutError};
 use crate::types::{Migratetype, Pfn};
 use crate::zone::{chunks, Zone};
 
@@ -148,25 +148,10 @@ impl<B: Backend> ZoneAllocator<B> {
         let z = self.hotplug_zone(start, nr)?;
         let end = start.0 + nr;
         // Lock-free pre-check: holes, and blocks that could never move.
-        let mut movable = false;
-        let mut p = start.0;
-        while p < end {
-            let w = z.frames.word(z.idx(Pfn(p)));
-            match w.tag() {
-                Tag::Hole => return Err(OfflineError::Hole(Pfn(p))),
-                Tag::Bad => return Err(OfflineError::NotMovable(Pfn(p))),
-                Tag::Alloc if !is_movable_candidate(w) => {
-                    return Err(OfflineError::NotMovable(Pfn(p)))
-                }
-                Tag::Alloc => movable = true,
-                _ => {}
-            }
-            p += if w.tag() == Tag::Tail {
-                1
-            } else {
-                w.order().nr_pages()
-            };
-        }
+        let movable = Self::movable_precheck(z, start.0, end).map_err(|b| match b {
+            Blocker::Hole(p) => OfflineError::Hole(p),
+            Blocker::Pinned(p) => OfflineError::NotMovable(p),
+        })?;
         let pb = z.pageblock_order.nr_pages();
         // A CMA area's memory stays where its area is: Linux's
         // `has_unmovable_pages()` refuses its pageblocks to offlining.

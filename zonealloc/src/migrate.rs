@@ -302,7 +302,47 @@ pub(crate) enum MoveOutError {
     NoMemory(Pfn),
 }
 
+/// What `movable_precheck` found in the way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Blocker {
+    /// A frame with no memory behind it.
+    Hole(Pfn),
+    /// A bad frame, or an allocated block that can never move (not movable, or
+    /// another owner's).
+    Pinned(Pfn),
+}
+
 impl<B: Backend> ZoneAllocator<B> {
+    /// The lock-free look before a range is emptied (offlining, `cma_alloc`):
+    /// every frame of `[start, end)`, and every block overlapping it, from the
+    /// `max_order` boundary below `start` (a block whose head lies before the
+    /// range is seen too). `Ok(true)` if an allocated block would have to move;
+    /// the first hole or pinned block (its frame clamped to `start`) otherwise.
+    pub(crate) fn movable_precheck(z: &Zone, start: u64, end: u64) -> Result<bool, Blocker> {
+        let mut movable = false;
+        let mut p = (start & !(z.max_order.nr_pages() - 1)).max(z.start_pfn);
+        while p < end {
+            let w = z.frames.word(z.idx(Pfn(p)));
+            let step = if w.tag() == Tag::Tail {
+                1
+            } else {
+                w.order().nr_pages()
+            };
+            if p + step > start {
+                let at = Pfn(p.max(start));
+                match w.tag() {
+                    Tag::Hole => return Err(Blocker::Hole(at)),
+                    Tag::Bad => return Err(Blocker::Pinned(at)),
+                    Tag::Alloc if !is_movable_candidate(w) => return Err(Blocker::Pinned(at)),
+                    Tag::Alloc => movable = true,
+                    _ => {}
+                }
+            }
+            p += step;
+        }
+        Ok(movable)
+    }
+
     /// Moves every allocated block that overlaps `[start, end)` (pageblocks the
     /// caller isolated, so that nothing is allocated into them meanwhile) out
     /// through `m`, to blocks allocated outside. The walk starts at the
