@@ -34,9 +34,11 @@
 //!
 //! A trace is a window: blocks freed in it may have been allocated before it began,
 //! and perf drops events when its buffer overflows. So:
-//! * a free of a pfn with no mapping is a *pre-trace free*: the kernel put it on a
-//!   per-CPU list like any other, so (warm) the replay frees as many pages of a pool
-//!   standing for pre-trace memory on the same CPU (cold: counted, skipped);
+//! * a free of a pfn with no mapping is a *pre-trace free*: the kernel freed it like
+//!   any other block of its order (onto a per-CPU list where the order has one, else
+//!   to the buddy lists), so (warm) the replay frees an aligned block of the same
+//!   order, carved from a pool of pages standing for pre-trace memory, on the same
+//!   CPU with `free_contig_range_on` (cold: counted, skipped);
 //! * a free of part of a mapped block (a `split_page()`d block freed page by page) is
 //!   replayed as `split_page` of the mapped block, then frees of the pages named;
 //! * the kernel reusing frames the replay still holds means their free was lost: an
@@ -405,8 +407,9 @@ pub struct Replayer {
     /// held blocks of order > 0, to its block's head.
     live: Held,
     failed: PfnSet,
-    /// zonealloc order-0 pages standing for memory in use before the trace.
-    pool: Vec<u64>,
+    /// zonealloc order-0 pages standing for memory in use before the trace, as
+    /// naturally aligned runs: `pool[o]` holds the first pages of runs of `2^o`.
+    pool: Vec<Vec<u64>>,
     /// Replay pre-trace frees from `pool` (else skip them).
     pretrace_pool: bool,
     /// Per-CPU list figures when the trace's first event was replayed (after the warm
@@ -738,23 +741,48 @@ impl Replayer {
         n
     }
 
-    /// A free of a block allocated before the trace: frees `2^order` order-0 pages
-    /// of the pre-trace pool on `cpu`, taking another max-order block into the pool
-    /// when it runs dry. The kernel put such a free on its per-CPU list like any
-    /// other; skipping it would leave zonealloc's lists short of those pages.
+    /// A free of a block allocated before the trace: frees an aligned run of
+    /// `2^order` pool pages on `cpu` with `free_contig_range_on`, which frees it as
+    /// one block of `order`, as the kernel freed the block: onto `cpu`'s per-CPU
+    /// list of that order where there is one, else to the buddy lists. Takes
+    /// another max-order block into the pool when no run is left.
     fn free_pretrace(&mut self, cpu: usize, order: u8) {
-        for _ in 0..1u64 << order {
-            if self.pool.is_empty() && !self.grow_pool(cpu) {
-                return;
-            }
-            if let Some(z) = self.pool.pop() {
-                self.counts.allocator_calls += 1;
-                if self.za.free_pages_on(cpu, Pfn(z), Order(0)).is_err() {
-                    self.counts.free_errors += 1;
-                }
-            }
+        let Some(z) = self.pool_run(cpu, order) else {
+            return;
+        };
+        self.counts.allocator_calls += 1;
+        if self
+            .za
+            .free_contig_range_on(cpu, Pfn(z), 1u64 << order)
+            .is_err()
+        {
+            self.counts.free_errors += 1;
         }
         self.counts.frees_pretrace_replayed += 1;
+    }
+
+    /// The first page of an aligned run of `2^order` pool pages, taken out of the
+    /// pool: the smallest run of at least that order, halved down to it (the
+    /// upper halves stay in the pool). `None` if the pool is dry and zonealloc has
+    /// no max-order block to add, or `order` is above max order.
+    fn pool_run(&mut self, cpu: usize, order: u8) -> Option<u64> {
+        let max = self.za.config().max_order.0;
+        if order > max {
+            return None;
+        }
+        if self.pool.len() <= max as usize {
+            self.pool.resize(max as usize + 1, Vec::new());
+        }
+        let from = match (order..=max).find(|&o| !self.pool[o as usize].is_empty()) {
+            Some(o) => o,
+            None if self.grow_pool(cpu) => max,
+            None => return None,
+        };
+        let z = self.pool[from as usize].pop()?;
+        for o in (order..from).rev() {
+            self.pool[o as usize].push(z + (1u64 << o));
+        }
+        Some(z)
     }
 
     /// Takes one max-order movable block for the pre-trace pool and splits it into
@@ -771,7 +799,7 @@ impl Replayer {
             return false;
         }
         self.counts.pretrace_pool_blocks += 1;
-        self.pool.extend((0..1u64 << max.0).rev().map(|i| z.0 + i));
+        self.pool[max.idx()].push(z.0);
         true
     }
 
@@ -1025,7 +1053,12 @@ impl Replayer {
             nr_pcp_pages: za.nr_pcp_pages(),
             live_blocks: self.live.len as u64,
             live_pages: self.live.iter().map(|(_, l)| 1u64 << l.order).sum(),
-            pool_pages: self.pool.len() as u64,
+            pool_pages: self
+                .pool
+                .iter()
+                .enumerate()
+                .map(|(o, runs)| (runs.len() as u64) << o)
+                .sum(),
             unusable_index_pageblock_order: za
                 .buddyinfo()
                 .zones

@@ -79,8 +79,8 @@ fn check(r: &ReplayReport, e: &Expect) {
     assert_eq!(c.frees_of_failed_allocs, 0);
     assert_eq!(c.free_errors, 0);
     assert_eq!(c.free_batched, e.free_batched);
-    // Pre-trace frees are replayed as order-0 frees of pool pages; each pool block
-    // costs an allocation and a split.
+    // Each pre-trace free is one `free_contig_range_on` of an aligned run of pool
+    // pages; each pool block costs an allocation and a split.
     assert_eq!(c.frees_pretrace_replayed, e.frees_pretrace);
     assert_eq!(
         c.pretrace_pool_blocks,
@@ -89,7 +89,7 @@ fn check(r: &ReplayReport, e: &Expect) {
     );
     assert_eq!(
         c.allocator_calls,
-        e.alloc + e.frees_replayed + e.pretrace_pages + 2 * c.pretrace_pool_blocks
+        e.alloc + e.frees_replayed + e.frees_pretrace + 2 * c.pretrace_pool_blocks
     );
     // No frame of these excerpts is reused unseen.
     assert_eq!(
@@ -386,6 +386,49 @@ fn cold_replay_skips_pretrace_frees_and_warm_replays_them() {
     // The 49 pages went to the per-CPU lists: zonealloc's free count is the trace's.
     assert_eq!(warm.pcp.zonealloc_frees, warm.pcp.kernel_frees);
     assert_eq!(warm.end.pool_pages, 1024 - 49);
+}
+
+/// Frees of blocks allocated before the trace, of four orders, on CPU 1.
+const PRETRACE: &str = "\
+ cc-1 [001] ..... 1.000001: mm_page_free: page=0x1 pfn=0x100010 order=0
+ cc-1 [001] ..... 1.000002: mm_page_free: page=0x1 pfn=0x100020 order=2
+ cc-1 [001] ..... 1.000003: mm_page_free: page=0x1 pfn=0x100040 order=4
+ cc-1 [001] ..... 1.000004: mm_page_free: page=0x1 pfn=0x100200 order=9
+";
+
+#[test]
+fn a_pretrace_free_lands_where_the_kernel_put_a_block_of_its_order() {
+    let path = std::env::temp_dir().join(format!(
+        "zonealloc-trace-pretrace-{}.txt",
+        std::process::id()
+    ));
+    std::fs::write(&path, PRETRACE).unwrap();
+    // 2 GiB: each CPU's `high` holds an order-9 block without a flush.
+    let opts = ReplayOptions {
+        layout: ZoneLayout::single(ZoneType::Normal, 1 << 20, 1 << 19),
+        ..ReplayOptions::default()
+    };
+    let r = replay::run_with_state(&path, &opts);
+    std::fs::remove_file(&path).unwrap();
+    let (r, rp) = r.unwrap();
+    let c = &r.counts;
+    assert_eq!((c.frees_pretrace, c.frees_pretrace_replayed), (4, 4));
+    assert_eq!(c.free_errors, 0);
+    assert_eq!(c.pretrace_pool_blocks, 1);
+    // 1 + 4 + 16 + 512 pages left the pool, as four aligned blocks.
+    assert_eq!(r.end.pool_pages, 1024 - 533);
+    // Orders 0, 2 and 9 have per-CPU lists (Linux's `pcp_allowed_order()`), order 4
+    // does not: CPU 1's lists gained 1 + 4 + 512 pages, not 533 order-0 pages.
+    let stats = rp.allocator().pcp_stats();
+    let cpu1 = stats[0].cpus[1];
+    let warm1 = r.counts.warm_pcp_pages - stats[0].cpus[0].count;
+    assert_eq!(cpu1.count - warm1, 517);
+    assert_eq!(r.pcp.zonealloc.refill_blocks, 0);
+    assert_eq!(r.pcp.zonealloc.drain_blocks, 0);
+    assert_eq!(
+        r.end.nr_free_pages + r.end.nr_pcp_pages + r.end.live_pages + r.end.pool_pages,
+        r.managed_pages
+    );
 }
 
 #[test]

@@ -494,7 +494,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if let Some(j) = a.first_unreserved(i, count) {
             return Err(CmaError::NotAllocated(a.base.add(j)));
         }
-        self.free_contig_range_by(pfn, count, FLAG_CMA)
+        self.free_contig_range_by(pfn, count, FLAG_CMA, None)
             .map_err(CmaError::Free)?;
         a.unreserve(i, count, true);
         a.release_pages_success.inc(count);

@@ -102,7 +102,35 @@ impl<B: Backend> ZoneAllocator<B> {
     /// za.free_contig_range(pfn, 512).unwrap(); // one order-9 free, not 512
     /// ```
     pub fn free_contig_range(&self, pfn: Pfn, nr: u64) -> Result<(), FreeError> {
-        self.free_contig_range_by(pfn, nr, 0)
+        self.free_contig_range_by(pfn, nr, 0, None)
+    }
+
+    /// `free_contig_range` as if called on CPU `cpu` (any number, taken modulo
+    /// `Config::nr_cpus`): chunks of an order with per-CPU lists go to that CPU's
+    /// lists, never to the calling thread's per-CPU stack. For a caller that
+    /// simulates CPUs, as `alloc_pages_on` and `free_pages_on` do; a trace replay
+    /// frees a block the kernel allocated before the trace this way, so that it
+    /// lands where the kernel's free of it did (the per-CPU list of its order, or
+    /// the buddy lists).
+    ///
+    /// # Errors
+    /// As `free_contig_range`.
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{Config, Gfp, Order, Pfn, ZoneAllocator};
+    /// let mut config = Config::with_bytes(64 << 20);
+    /// config.nr_cpus = 2;
+    /// let za = ZoneAllocator::new(config).unwrap();
+    /// let pfn = za.alloc_pages_on(1, Gfp::KERNEL, Order(4)).unwrap();
+    /// za.split_page(pfn, Order(4)).unwrap();
+    /// // One order-2 block onto CPU 1's order-2 list, and one order-3 block
+    /// // (pfn + 8 is 8-aligned) onto its order-3 list.
+    /// za.free_contig_range_on(1, Pfn(pfn.0 + 4), 12).unwrap();
+    /// assert_eq!(za.pcp_stats()[0].cpus[1].count, 12);
+    /// ```
+    pub fn free_contig_range_on(&self, cpu: usize, pfn: Pfn, nr: u64) -> Result<(), FreeError> {
+        self.free_contig_range_by(pfn, nr, 0, Some(cpu))
     }
 
     /// `free_contig_range` of pages that each carry head flags `owner` (0: the
@@ -112,14 +140,18 @@ impl<B: Backend> ZoneAllocator<B> {
         pfn: Pfn,
         nr: u64,
         owner: u8,
+        on: Option<usize>,
     ) -> Result<(), FreeError> {
         let z = self.zone_of_range(pfn, nr)?;
         // The CPU first: owner code (`Config::cpu_id`) runs before a page is taken.
-        let cpu = self.current_cpu();
+        let via = match on {
+            Some(cpu) => Via::Cpu(cpu % self.config.nr_cpus.max(1)),
+            None => Via::Here(self.current_cpu()),
+        };
         let mut claim = Claim::default();
         let pages = (0..nr).map(|i| (pfn.add(i), 1));
         self.claim_pages(z, pages.clone(), &mut claim, 0, owner)?;
-        self.commit_pages(z, pages, &claim, 0, cpu, owner);
+        self.commit_pages(z, pages, &claim, 0, via, owner);
         Ok(())
     }
 
@@ -224,7 +256,7 @@ impl<B: Backend> ZoneAllocator<B> {
         pages: impl Iterator<Item = (Pfn, u32)>,
         claim: &Claim,
         base: usize,
-        cpu: usize,
+        via: Via,
         owner: u8,
     ) {
         let mut run: Option<(u64, u64)> = None;
@@ -236,14 +268,14 @@ impl<B: Backend> ZoneAllocator<B> {
                     Some((s, n)) if *s + *n == p.0 => *n += 1,
                     _ => {
                         if let Some((s, n)) = run.replace((p.0, 1)) {
-                            self.free_run(z, Pfn(s), n, cpu);
+                            self.free_run(z, Pfn(s), n, via);
                         }
                     }
                 }
             }
         }
         if let Some((s, n)) = run {
-            self.free_run(z, Pfn(s), n, cpu);
+            self.free_run(z, Pfn(s), n, via);
         }
     }
 
@@ -280,11 +312,11 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// Frees a run of order-0 pages the caller owns (all `Tail` now) as aligned
     /// blocks.
-    fn free_run(&self, z: &Zone, pfn: Pfn, nr: u64, cpu: usize) {
+    fn free_run(&self, z: &Zone, pfn: Pfn, nr: u64, via: Via) {
         for (p, order) in chunks(pfn, nr, z.max_order) {
             // The head becomes the frozen head of the whole chunk.
             z.frames.set_word(z.idx(p), Word::frozen(order));
-            self.release_frozen(z, p, order, Via::Here(cpu));
+            self.release_frozen(z, p, order, via);
         }
     }
 
@@ -386,7 +418,7 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         // Phase two: release them.
         for &(z, j, m) in first.iter().chain(&more) {
-            self.commit_pages(z, (j..j + m).map(entry), &claim, j, cpu, owner);
+            self.commit_pages(z, (j..j + m).map(entry), &claim, j, Via::Here(cpu), owner);
         }
         Ok(())
     }
