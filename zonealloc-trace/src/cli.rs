@@ -56,8 +56,8 @@ pub struct TraceArgs {
     /// the zoneinfo's per-CPU counts, pre-trace frees replayed from a pool).
     #[arg(long)]
     cold: bool,
-    /// Do not decay the per-CPU lists' `high` once a second of trace time (default:
-    /// decay, as Linux's vmstat worker does).
+    /// Do not decay the per-CPU lists' `high` at each whole second of trace time
+    /// (default: decay, as Linux's vmstat worker does).
     #[arg(long)]
     no_decay: bool,
     /// Stop at the first malformed line instead of skipping it.

@@ -103,7 +103,7 @@ pub struct ReplayOptions {
     /// pre-trace frees replayed from a pool of pages (`Replayer::set_pretrace_pool`).
     /// Off: empty lists, pre-trace frees skipped.
     pub warm: bool,
-    /// Decay each CPU's per-CPU `high` once a second of trace time on that CPU
+    /// Decay each CPU's per-CPU `high` at each whole second of trace time
     /// (`Replayer::set_decay`), as Linux's vmstat worker does (`decay_pcp_high()`):
     /// lists a burst grew shrink back, and their pages go back to the buddy lists.
     pub decay: bool,
@@ -164,6 +164,16 @@ impl From<ConfigError> for ReplayError {
 // -----------------------------------------------------------------------------
 // The replay state
 // -----------------------------------------------------------------------------
+
+/// The first whole second of trace time after `t`: when the vmstat worker next
+/// runs. Linux queues it with `round_jiffies_relative(HZ)`, which rounds the
+/// timer to a whole second of jiffies (less a skew of 3 jiffies per CPU number),
+/// and perf's timestamps count from boot like jiffies do: in the tuning traces the
+/// worker's flushes (`kworker` drains of at most `batch << 5` pages) fall 30 to
+/// 110 ms past a whole second, not at a phase of their own.
+fn next_whole(t: u64) -> u64 {
+    (t / DECAY_INTERVAL_NS + 1) * DECAY_INTERVAL_NS
+}
 
 /// Fibonacci hashing of a frame number: one multiply, enough for the pfn map.
 #[derive(Default)]
@@ -384,8 +394,8 @@ pub struct ReplayCounts {
     pub allocator_calls: u64,
     /// Pages put on the per-CPU lists before the first event (warm start).
     pub warm_pcp_pages: u64,
-    /// `decay_pcp_high()` runs on a CPU, once a second of its trace time
-    /// (`ReplayOptions::decay`).
+    /// `decay_pcp_high()` runs on a CPU, at most once per whole second of trace
+    /// time (`ReplayOptions::decay`).
     pub decays: u64,
 }
 
@@ -554,9 +564,9 @@ impl Replayer {
         });
     }
 
-    /// Turns on (or off) the vmstat worker's decay of each CPU's `high`: once a
-    /// second of trace time on a CPU, from the first record seen on it, the
-    /// replay calls `pcp_decay_cpu` for it before applying the record, as Linux's
+    /// Turns on (or off) the vmstat worker's decay of each CPU's `high`: at each
+    /// whole second of trace time (see `next_whole`), the replay calls
+    /// `pcp_decay_cpu` for a CPU before applying that CPU's next record, as Linux's
     /// deferrable vmstat work runs when the CPU next runs.
     pub fn set_decay(&mut self, on: bool) {
         self.next_decay_ns = if on {
@@ -575,11 +585,11 @@ impl Replayer {
         }
         let cpu = r.cpu as usize % n;
         match self.next_decay_ns[cpu] {
-            None => self.next_decay_ns[cpu] = Some(r.time_ns + DECAY_INTERVAL_NS),
+            None => self.next_decay_ns[cpu] = Some(next_whole(r.time_ns)),
             Some(t) if r.time_ns >= t => {
                 self.za.pcp_decay_cpu(cpu);
                 self.counts.decays += 1;
-                self.next_decay_ns[cpu] = Some(r.time_ns + DECAY_INTERVAL_NS);
+                self.next_decay_ns[cpu] = Some(next_whole(r.time_ns));
             }
             Some(_) => {}
         }
@@ -1595,7 +1605,7 @@ impl fmt::Display for ReplayReport {
         )?;
         writeln!(
             f,
-            "  per-CPU high decayed (decay_pcp_high, once a second of each CPU's trace time): {} times",
+            "  per-CPU high decayed (decay_pcp_high, at whole seconds of trace time, on each CPU): {} times",
             c.decays
         )?;
         if c.alloc_failures > 0 {

@@ -523,12 +523,13 @@ fn burst_then_idle() -> String {
         );
     }
     t += " cc-1 [001] d..1. 1.100000: mm_page_pcpu_drain: page=0x1 pfn=0x30000 order=0 migratetype=1\n";
+    t += " cc-1 [001] d..1. 2.050000: mm_page_free_batched: page=0x1 pfn=0x30001 order=0\n";
     t += " cc-1 [000] d..1. 6.000000: mm_page_alloc: page=0x1 pfn=0x20000 order=0 migratetype=1 gfp_flags=GFP_HIGHUSER_MOVABLE\n";
     t
 }
 
 #[test]
-fn an_idle_cpu_s_list_decays_once_a_second_of_trace_time() {
+fn an_idle_cpu_s_list_decays_at_whole_seconds_of_trace_time() {
     let path =
         std::env::temp_dir().join(format!("zonealloc-trace-decay-{}.txt", std::process::id()));
     std::fs::write(&path, burst_then_idle()).unwrap();
@@ -536,9 +537,10 @@ fn an_idle_cpu_s_list_decays_once_a_second_of_trace_time() {
     let (on, off) = (run(true), run(false));
     std::fs::remove_file(&path).unwrap();
     let (on, off) = (on.unwrap(), off.unwrap());
-    // CPU 0's clock starts at its first record (1.0 s): its vmstat second is up
-    // at the record of 6.0 s, once (the work runs when the CPU next runs).
-    assert_eq!(on.counts.decays, 1);
+    // The worker runs at whole seconds of trace time, when the CPU next runs: CPU
+    // 0 (records at 1.0 s, then 6.0 s) decays once, at its record of 6.0 s; CPU 1
+    // (1.1 s, 2.05 s) once, at 2.05 s, not a second after its first record.
+    assert_eq!(on.counts.decays, 2);
     assert_eq!(off.counts.decays, 0);
     let drained = |r: &replay::ReplayReport| r.pcp.zonealloc_drain_blocks_by_cpu[0];
     assert!(
