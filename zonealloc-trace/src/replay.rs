@@ -915,12 +915,21 @@ impl Replayer {
         for (cpu, w) in warm.iter().enumerate().take(nr_cpus) {
             let mut held = Vec::new();
             let mut want = w.blocks[0];
+            // The first round puts each type's own pages on its list where the trace
+            // told them (`WarmCpu::order0_types`); later rounds, which only grow
+            // `high`, and a CPU the trace told nothing of, split by `mix`.
+            let by_type = w.order0_types.iter().sum::<u64>() == w.blocks[0];
             loop {
                 let before = held.len();
                 for mt in Migratetype::ALL {
-                    let share = (want * mix[mt.idx()])
-                        .checked_div(total)
-                        .unwrap_or(u64::from(mt == Migratetype::Movable) * want);
+                    let typed = pcp_type_slot(mt).map_or(0, |t| w.order0_types[t]);
+                    let share = if by_type && held.is_empty() {
+                        typed
+                    } else {
+                        (want * mix[mt.idx()])
+                            .checked_div(total)
+                            .unwrap_or(u64::from(mt == Migratetype::Movable) * want)
+                    };
                     let gfp = crate::gfp_names::effective_gfp(Gfp::KERNEL, Some(mt));
                     for _ in 0..share {
                         match self.za.alloc_pages_on(cpu, gfp, Order(0)) {
@@ -1192,25 +1201,45 @@ fn type_counts(c: &[u64; MIGRATE_TYPES]) -> Vec<(String, u64)> {
 pub struct WarmCpu {
     /// Blocks on the lists of each order 0..=3 (`PAGE_ALLOC_COSTLY_ORDER`).
     pub blocks: [u64; 4],
+    /// Of `blocks[0]`, the pages on the unmovable, movable and reclaimable order-0
+    /// lists (Linux's per-CPU list types), when they add up to it; else the
+    /// replay splits `blocks[0]` by the trace's mix of types.
+    pub order0_types: [u64; 3],
     /// Pageblock-order blocks on the pageblock-order list.
     pub pageblock_blocks: u64,
     /// The auto-tuned `high` to grow toward.
     pub high: u64,
 }
 
+/// The per-CPU list type of a migratetype: 0 unmovable, 1 movable, 2
+/// reclaimable (Linux's `MIGRATE_PCPTYPES`); `None` for the others, whose pages
+/// travel on the movable list.
+fn pcp_type_slot(mt: Migratetype) -> Option<usize> {
+    match mt {
+        Migratetype::Unmovable => Some(0),
+        Migratetype::Movable => Some(1),
+        Migratetype::Reclaimable => Some(2),
+        _ => None,
+    }
+}
+
 /// The per-CPU lists at the start of a trace, from the machine's zoneinfo (`count`
 /// and `high` of each CPU in the zone that held the most) and the trace's own
 /// first records:
 ///
-/// * zoneinfo's `count` is every list together; the trace tells what each order's
-///   list held. A CPU's first refill of an order (`mm_page_alloc_zone_locked` with
-///   `percpu_refill=1`) comes when that list is empty, so the blocks of that order
-///   it allocated minus those it freed before then is what the list held at the
-///   start. An order never refilled in `first` held at least its largest such
-///   deficit.
-/// * What zoneinfo's count leaves over goes to the order-0 list if that was never
-///   refilled, else, in whole pageblocks, to the pageblock-order list (the only
-///   other list that holds thousands of pages).
+/// * zoneinfo's `count` is every list together; the trace tells what each list
+///   held, a list being an order (0..=3, or the pageblock order) and a type
+///   (unmovable, movable, reclaimable), as in Linux. A CPU's first refill of a list
+///   (`mm_page_alloc_zone_locked` with `percpu_refill=1`, which names both) comes
+///   when that list is empty, so the blocks it allocated minus those it freed before
+///   then is what the list held at the start. A list never refilled in `first`
+///   held at least its largest such deficit. An allocation names its list; a free
+///   goes to the list of its pageblock's type, taken from the last allocation seen
+///   in that pageblock (movable if none).
+/// * What zoneinfo's count leaves over goes to the order-0 lists of the types this
+///   CPU allocated but never refilled, in proportion to those allocations; if there
+///   are none, in whole pageblocks to the pageblock-order list (the only other list
+///   that holds thousands of pages).
 pub fn warm_state(
     count: &[u64],
     high: &[u64],
@@ -1219,43 +1248,66 @@ pub fn warm_state(
     pageblock_order: u8,
 ) -> Vec<WarmCpu> {
     use crate::event::Event;
-    // Per CPU and list (orders 0..=3, then the pageblock order): the running balance
-    // of blocks, the largest deficit, and the deficit at the first refill.
-    let lists = 5;
+    use std::collections::HashMap;
+    // Per CPU, type and list (orders 0..=3, then the pageblock order): the running
+    // balance of blocks, the largest deficit, and the deficit at the first refill.
+    const LISTS: usize = 5;
+    const TYPES: usize = 3;
     let slot = |order: u8| match order {
         0..=3 => Some(order as usize),
         o if o == pageblock_order => Some(4),
         _ => None,
     };
-    let mut balance = vec![0i64; nr_cpus * lists];
-    let mut deficit = vec![0u64; nr_cpus * lists];
-    let mut at_refill: Vec<Option<u64>> = vec![None; nr_cpus * lists];
+    let type_of = |mt: Option<Migratetype>| mt.and_then(pcp_type_slot).unwrap_or(1);
+    let idx = |cpu: usize, t: usize, l: usize| (cpu * TYPES + t) * LISTS + l;
+    let n = nr_cpus * TYPES * LISTS;
+    let mut balance = vec![0i64; n];
+    let mut deficit = vec![0u64; n];
+    let mut at_refill: Vec<Option<u64>> = vec![None; n];
+    // Order-0 allocations per CPU and type; the type of each pageblock seen.
+    let mut allocs = vec![[0u64; TYPES]; nr_cpus];
+    let mut block_type: HashMap<u64, usize> = HashMap::new();
     for r in first {
         let cpu = r.cpu as usize;
         if cpu >= nr_cpus {
             continue;
         }
-        let (order, step) = match r.event {
+        let (order, t, step) = match r.event {
             Event::Alloc {
-                pfn: Some(_),
+                pfn: Some(pfn),
                 order,
+                migratetype,
                 ..
-            } => (order, -1),
-            Event::Free { order, .. } => (order, 1),
+            } => {
+                let t = type_of(migratetype);
+                block_type.insert(pfn >> pageblock_order, t);
+                if order == 0 {
+                    allocs[cpu][t] += 1;
+                }
+                (order, t, -1)
+            }
+            Event::Free { pfn, order } => {
+                let t = block_type
+                    .get(&(pfn >> pageblock_order))
+                    .copied()
+                    .unwrap_or(1);
+                (order, t, 1)
+            }
             Event::AllocZoneLocked {
                 order,
+                migratetype,
                 percpu_refill: true,
                 ..
-            } => (order, 0),
+            } => (order, type_of(migratetype), 0),
             _ => continue,
         };
         let Some(l) = slot(order) else { continue };
-        let i = cpu * lists + l;
+        let i = idx(cpu, t, l);
         if at_refill[i].is_some() {
             continue;
         }
         if step == 0 {
-            at_refill[i] = Some(balance[i].min(0).unsigned_abs());
+            at_refill[i] = Some(balance[i].min(0).unsigned_abs().max(deficit[i]));
         } else {
             balance[i] += step;
             deficit[i] = deficit[i].max(balance[i].min(0).unsigned_abs());
@@ -1264,10 +1316,13 @@ pub fn warm_state(
     (0..nr_cpus)
         .map(|cpu| {
             let c = count.get(cpu).copied().unwrap_or(0);
-            let at = |l: usize| at_refill[cpu * lists + l].unwrap_or(deficit[cpu * lists + l]);
+            let at =
+                |t: usize, l: usize| at_refill[idx(cpu, t, l)].unwrap_or(deficit[idx(cpu, t, l)]);
+            let all = |l: usize| (0..TYPES).map(|t| at(t, l)).sum::<u64>();
             let mut w = WarmCpu {
-                blocks: [at(0), at(1), at(2), at(3)],
-                pageblock_blocks: at(4),
+                blocks: [all(0), all(1), all(2), all(3)],
+                order0_types: [at(0, 0), at(1, 0), at(2, 0)],
+                pageblock_blocks: all(4),
                 high: high.get(cpu).copied().unwrap_or(0),
             };
             let pages = |w: &WarmCpu| {
@@ -1280,13 +1335,37 @@ pub fn warm_state(
                     w.pageblock_blocks -= 1;
                 } else if let Some(o) = (0..4).rev().find(|&o| w.blocks[o] > 0) {
                     w.blocks[o] -= 1;
+                    if o == 0 {
+                        let t = (0..TYPES).max_by_key(|&t| w.order0_types[t]).unwrap_or(1);
+                        w.order0_types[t] -= 1;
+                    }
                 } else {
                     break;
                 }
             }
             let rest = c - pages(&w);
-            if at_refill[cpu * lists].is_none() {
+            // The types this CPU allocated at order 0 without ever refilling them.
+            let open: Vec<usize> = (0..TYPES)
+                .filter(|&t| at_refill[idx(cpu, t, 0)].is_none() && allocs[cpu][t] > 0)
+                .collect();
+            // Not 0: every open type has allocations.
+            let weight: u64 = open.iter().map(|&t| allocs[cpu][t]).sum();
+            if !open.is_empty() {
+                let mut given = 0;
+                for &t in &open {
+                    let share = rest * allocs[cpu][t] / weight;
+                    w.order0_types[t] += share;
+                    given += share;
+                }
+                // The rounding's remainder to the type allocated most.
+                let top = *open.iter().max_by_key(|&&t| allocs[cpu][t]).unwrap_or(&1);
+                w.order0_types[top] += rest - given;
                 w.blocks[0] += rest;
+            } else if (0..TYPES).all(|t| allocs[cpu][t] == 0 && at_refill[idx(cpu, t, 0)].is_none())
+            {
+                // Nothing allocated at order 0 here: the order-0 lists, by the mix.
+                w.blocks[0] += rest;
+                w.order0_types = [0; 3];
             } else {
                 w.pageblock_blocks += rest >> pageblock_order;
             }
@@ -1760,10 +1839,13 @@ impl fmt::Display for ReplayReport {
 // -----------------------------------------------------------------------------
 
 /// Records the warm start reads the per-CPU lists from (`warm_state`): the first
-/// 262,144 (on the trace captured for the README, the whole of it; with 65,536, the
-/// refill ratio was 1.37x instead of 1.27x, as lists never refilled early looked
-/// smaller than they were).
-pub const WARM_WINDOW: usize = 1 << 18;
+/// 1,048,576. A list's first refill tells what it held, and on a CPU that
+/// allocates little it can come late: on the `file-walk` trace CPU 0's first
+/// movable order-0 refill came 4.2 s in, past the 2.8 s that 262,144 events
+/// covered, and its refills read 0.74x of the kernel's instead of 1.00x. (With
+/// 65,536 instead of 262,144, an earlier captured trace read 1.37x instead of
+/// 1.27x.)
+pub const WARM_WINDOW: usize = 1 << 20;
 
 /// CPUs a replay builds when neither the options nor the layout say how many: the
 /// largest CPU id in the first chunk plus one, at most this many. Events on other
@@ -1800,7 +1882,7 @@ pub fn run_with_state(
     let limit = opts.max_events.unwrap_or(u64::MAX);
     let chunk = opts.chunk_events.max(1);
     // The warm start reads each CPU's lists from the trace's first records: the
-    // first chunk is at least WARM_WINDOW long (12 MB of records) when warm.
+    // first chunk is at least WARM_WINDOW long (48 MB of records) when warm.
     let first = if opts.warm {
         chunk.max(WARM_WINDOW)
     } else {

@@ -475,7 +475,10 @@ fn warm_state_reads_each_list_from_the_first_refill() {
         percpu_refill: true,
     };
     let mut first = Vec::new();
-    // CPU 0: 5 order-0 allocations, one free, then a refill: 4 pages at the start.
+    // CPU 0: 5 order-0 allocations, one free, then a refill. The list fell 5 below
+    // its start before the free, so it held at least 5 (a refill finding it one
+    // above that means an event is missing from the trace: the deeper point
+    // counts).
     first.extend((0..5).map(|_| rec(0, alloc(0))));
     first.push(rec(0, Event::Free { pfn: 9, order: 0 }));
     first.push(rec(0, refill(0)));
@@ -485,12 +488,15 @@ fn warm_state_reads_each_list_from_the_first_refill() {
     // CPU 1: no refill: zoneinfo's whole count is order-0.
     first.push(rec(1, alloc(0)));
     let w = warm_state(&[2000, 700], &[9000, 800], &first, 2, 9);
-    assert_eq!(w[0].blocks, [4, 2, 0, 0]);
-    // 2,000 - 4 - 2x2 = 1,992 pages left over: three pageblocks.
+    assert_eq!(w[0].blocks, [5, 2, 0, 0]);
+    // 2,000 - 5 - 2x2 = 1,991 pages left over: three pageblocks (the one type
+    // CPU 0 allocated at order 0 was refilled).
     assert_eq!(w[0].pageblock_blocks, 3);
     assert_eq!(w[0].high, 9000);
     assert_eq!(w[1].blocks, [700, 0, 0, 0]);
     assert_eq!(w[1].pageblock_blocks, 0);
+    assert_eq!(w[0].order0_types, [0, 5, 0]);
+    assert_eq!(w[1].order0_types, [0, 700, 0]);
     // A deficit larger than the count is cut to it.
     let w = warm_state(&[3], &[0], &first, 1, 9);
     assert_eq!(
@@ -501,6 +507,68 @@ fn warm_state_reads_each_list_from_the_first_refill() {
             .sum::<u64>(),
         3
     );
+}
+
+#[test]
+fn warm_state_keeps_each_type_s_order_0_list_apart() {
+    use zonealloc::Migratetype;
+    use zonealloc_trace::event::{Event, Record};
+    use zonealloc_trace::replay::warm_state;
+    let rec = |event| Record {
+        line: 0,
+        cpu: 0,
+        time_ns: 0,
+        event,
+    };
+    let alloc = |pfn, mt| Event::Alloc {
+        pfn: Some(pfn),
+        order: 0,
+        gfp: zonealloc::Gfp::KERNEL,
+        migratetype: Some(mt),
+    };
+    let refill = |mt| Event::AllocZoneLocked {
+        pfn: 1,
+        order: 0,
+        migratetype: Some(mt),
+        percpu_refill: true,
+    };
+    let mut first = Vec::new();
+    // Movable: 10 allocations, then a refill: 10 pages at the start.
+    first.extend((0..10).map(|i| rec(alloc(0x10000 + i, Migratetype::Movable))));
+    first.push(rec(refill(Migratetype::Movable)));
+    // Unmovable (pageblock 0x20000 >> 9): 6 allocations, 2 frees of pages of that
+    // pageblock (its list), 3 allocations, then a refill: the list went 4 below its
+    // start before the frees, 7 at the refill: 7 pages.
+    first.extend((0..4).map(|i| rec(alloc(0x20000 + i, Migratetype::Unmovable))));
+    first.extend((0..2).map(|i| rec(alloc(0x20010 + i, Migratetype::Unmovable))));
+    first.extend((0..2).map(|i| {
+        rec(Event::Free {
+            pfn: 0x20000 + i,
+            order: 0,
+        })
+    }));
+    first.extend((0..3).map(|i| rec(alloc(0x20020 + i, Migratetype::Unmovable))));
+    first.push(rec(refill(Migratetype::Unmovable)));
+    // Reclaimable: 5 allocations and no refill: at least 5, and it takes what
+    // zoneinfo's count leaves over, not the pageblock-order list.
+    first.extend((0..5).map(|i| rec(alloc(0x30000 + i, Migratetype::Reclaimable))));
+    let w = warm_state(&[1000], &[4000], &first, 1, 9);
+    assert_eq!(w[0].order0_types, [7, 10, 1000 - 17]);
+    assert_eq!(w[0].blocks, [1000, 0, 0, 0]);
+    assert_eq!(w[0].pageblock_blocks, 0);
+    // A refill that finds the list at a balance above its deepest point (perf lost
+    // an event, or a free went to another list): the list held at least the
+    // deepest deficit.
+    let mut odd = vec![rec(alloc(0x40000, Migratetype::Movable)); 8];
+    odd.extend((0..5).map(|i| {
+        rec(Event::Free {
+            pfn: 0x40000 + i,
+            order: 0,
+        })
+    }));
+    odd.push(rec(refill(Migratetype::Movable)));
+    let w = warm_state(&[8], &[4000], &odd, 1, 9);
+    assert_eq!(w[0].order0_types, [0, 8, 0]);
 }
 
 /// CPU 0 allocates 3,000 pages and frees them in a burst (its list grows far
