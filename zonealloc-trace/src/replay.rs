@@ -667,6 +667,8 @@ impl Replayer {
                         k.resize(cpu + 1, 0);
                     }
                     k[cpu] += 1;
+                    let slot = order_slot(order, self.za.config().pageblock_order.0);
+                    bump(&mut self.kernel.refill_by_cpu_order, cpu, slot);
                 } else {
                     self.kernel.zone_locked_other += 1;
                 }
@@ -681,6 +683,8 @@ impl Replayer {
                     k.resize(cpu + 1, 0);
                 }
                 k[cpu] += 1;
+                let slot = order_slot(order, self.za.config().pageblock_order.0);
+                bump(&mut self.kernel.drain_by_cpu_order, cpu, slot);
                 if self.holds_any(pfn, order) {
                     self.counts.lost_frees_at_drain += self.free_overlapping(cpu, pfn, order);
                 }
@@ -1022,6 +1026,8 @@ impl Replayer {
         let mut tot = PcpTotals::default();
         let mut by_cpu = vec![0u64; za.config().nr_cpus];
         let mut drains_by_cpu = vec![0u64; za.config().nr_cpus];
+        let mut refills_by_order = vec![[0u64; PCP_ORDER_SLOTS]; za.config().nr_cpus];
+        let mut drains_by_order = vec![[0u64; PCP_ORDER_SLOTS]; za.config().nr_cpus];
         for (zi, z) in pcp.iter().enumerate() {
             let mut t = PcpTotals {
                 zone: format!("{}", z.id.zone_type),
@@ -1044,6 +1050,14 @@ impl Replayer {
                 t.drain_blocks += c.drain_blocks - b.drain_blocks;
                 if let Some(x) = drains_by_cpu.get_mut(ci) {
                     *x += c.drain_blocks - b.drain_blocks;
+                }
+                for o in 0..PCP_ORDER_SLOTS {
+                    if let Some(x) = refills_by_order.get_mut(ci) {
+                        x[o] += c.refill_blocks_by_order[o] - b.refill_blocks_by_order[o];
+                    }
+                    if let Some(x) = drains_by_order.get_mut(ci) {
+                        x[o] += c.drain_blocks_by_order[o] - b.drain_blocks_by_order[o];
+                    }
                 }
                 t.pages_on_lists += c.count;
             }
@@ -1144,6 +1158,18 @@ impl Replayer {
                 kernel_drain_blocks_by_cpu: {
                     let mut k = self.kernel.drain_blocks_by_cpu.clone();
                     k.resize(za.config().nr_cpus.max(k.len()), 0);
+                    k
+                },
+                zonealloc_refill_blocks_by_cpu_order: refills_by_order,
+                kernel_refill_blocks_by_cpu_order: {
+                    let mut k = self.kernel.refill_by_cpu_order.clone();
+                    k.resize(za.config().nr_cpus.max(k.len()), [0; PCP_ORDER_SLOTS]);
+                    k
+                },
+                zonealloc_drain_blocks_by_cpu_order: drains_by_order,
+                kernel_drain_blocks_by_cpu_order: {
+                    let mut k = self.kernel.drain_by_cpu_order.clone();
+                    k.resize(za.config().nr_cpus.max(k.len()), [0; PCP_ORDER_SLOTS]);
                     k
                 },
                 allocs: c.allocs,
@@ -1378,6 +1404,27 @@ pub fn warm_state(
 // The report
 // -----------------------------------------------------------------------------
 
+/// List orders counted apart in the report: 0 to 3, then the pageblock order.
+pub const PCP_ORDER_SLOTS: usize = 5;
+
+/// The report's slot of a per-CPU list order (the pageblock order, and any order
+/// above 3, in the last).
+fn order_slot(order: u8, pageblock_order: u8) -> usize {
+    if order == pageblock_order || order > 3 {
+        PCP_ORDER_SLOTS - 1
+    } else {
+        order as usize
+    }
+}
+
+/// Adds one to `v[cpu][slot]`, growing `v` to the CPU.
+fn bump(v: &mut Vec<[u64; PCP_ORDER_SLOTS]>, cpu: usize, slot: usize) {
+    if v.len() <= cpu {
+        v.resize(cpu + 1, [0; PCP_ORDER_SLOTS]);
+    }
+    v[cpu][slot] += 1;
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 struct KernelCounts {
     refill_blocks: u64,
@@ -1388,6 +1435,9 @@ struct KernelCounts {
     /// Drain blocks per CPU (the CPU each `mm_page_pcpu_drain` was recorded on;
     /// grown on demand).
     drain_blocks_by_cpu: Vec<u64>,
+    /// Refill and drain blocks per CPU and list order (`PCP_ORDER_SLOTS`).
+    refill_by_cpu_order: Vec<[u64; PCP_ORDER_SLOTS]>,
+    drain_by_cpu_order: Vec<[u64; PCP_ORDER_SLOTS]>,
     extfrag: u64,
     extfrag_fragmenting: u64,
     extfrag_change_ownership: u64,
@@ -1464,6 +1514,16 @@ pub struct PcpComparison {
     pub zonealloc_drain_blocks_by_cpu: Vec<u64>,
     /// The kernel's drain blocks per CPU (the CPU the event was recorded on).
     pub kernel_drain_blocks_by_cpu: Vec<u64>,
+    /// Per CPU, the refill blocks of each list order: orders 0 to 3, then the
+    /// pageblock order (`PcpCpuStats::refill_blocks_by_order`), zonealloc's and the
+    /// kernel's.
+    pub zonealloc_refill_blocks_by_cpu_order: Vec<[u64; PCP_ORDER_SLOTS]>,
+    /// The kernel's refill blocks per CPU and list order.
+    pub kernel_refill_blocks_by_cpu_order: Vec<[u64; PCP_ORDER_SLOTS]>,
+    /// Per CPU, the drain blocks of each list order, as the refills.
+    pub zonealloc_drain_blocks_by_cpu_order: Vec<[u64; PCP_ORDER_SLOTS]>,
+    /// The kernel's drain blocks per CPU and list order.
+    pub kernel_drain_blocks_by_cpu_order: Vec<[u64; PCP_ORDER_SLOTS]>,
     /// The kernel's `mm_page_alloc_zone_locked` events with `percpu_refill=1`.
     pub kernel_refill_blocks: u64,
     /// The kernel's `mm_page_alloc_zone_locked` events with `percpu_refill=0`
@@ -1769,6 +1829,31 @@ impl fmt::Display for ReplayReport {
                 show(ratio(zr, 1, kr, 1)),
                 show(ratio(zd, 1, kd, 1)),
             )?;
+            let by = |v: &[[u64; PCP_ORDER_SLOTS]], o: usize| v.get(cpu).map_or(0, |a| a[o]);
+            for o in 0..PCP_ORDER_SLOTS {
+                let (zr, kr) = (
+                    by(&pc.zonealloc_refill_blocks_by_cpu_order, o),
+                    by(&pc.kernel_refill_blocks_by_cpu_order, o),
+                );
+                let (zd, kd) = (
+                    by(&pc.zonealloc_drain_blocks_by_cpu_order, o),
+                    by(&pc.kernel_drain_blocks_by_cpu_order, o),
+                );
+                if zr + kr + zd + kd == 0 {
+                    continue;
+                }
+                let name = if o + 1 == PCP_ORDER_SLOTS {
+                    "order pb".to_string()
+                } else {
+                    format!("order {o}")
+                };
+                writeln!(
+                    f,
+                    "      {name:<8}  {zr:>10} / {kr:<12} = {:<16} {zd:>12} / {kd:<12} = {}",
+                    show(ratio(zr, 1, kr, 1)),
+                    show(ratio(zd, 1, kd, 1)),
+                )?;
+            }
         }
         writeln!(
             f,

@@ -358,6 +358,19 @@ fn frees_lost_by_perf_are_made_when_the_kernel_reuses_the_frames() {
     assert_eq!((r.end.live_blocks, r.end.live_pages), (2, 3));
     assert_eq!(r.pcp.kernel_drain_blocks, 2);
     assert_eq!(r.pcp.kernel_refill_blocks, 1);
+    // Per CPU and list order: both drains and the refill are CPU 0's, order 0.
+    assert_eq!(r.pcp.kernel_drain_blocks_by_cpu_order[0], [2, 0, 0, 0, 0]);
+    assert_eq!(r.pcp.kernel_refill_blocks_by_cpu_order[0], [1, 0, 0, 0, 0]);
+    assert_eq!(r.pcp.kernel_refill_blocks_by_cpu_order[1], [0; 5]);
+    for cpu in 0..2 {
+        assert_eq!(
+            r.pcp.zonealloc_refill_blocks_by_cpu_order[cpu]
+                .iter()
+                .sum::<u64>(),
+            r.pcp.zonealloc_refill_blocks_by_cpu[cpu]
+        );
+    }
+    assert!(r.to_string().contains("      order 0 "), "{r}");
     // zonealloc's frees for the trace: the four lost ones.
     assert_eq!(r.pcp.zonealloc_frees, 4);
     assert_eq!(

@@ -384,8 +384,9 @@ impl<B: Backend> ZoneAllocator<B> {
         if got == 0 {
             return None;
         }
-        pcp.slot.stats.refills.add(1);
-        pcp.slot.stats.refill_blocks.add(got as i64);
+        pcp.slot
+            .stats
+            .count_refill(order, z.pageblock_order, got as u64);
         // One for this call, the rest on the stack of the CPU the thread runs on now.
         let (&mine, rest) = buf.as_slice().split_last()?;
         if !rest.is_empty() {
@@ -461,8 +462,9 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         pfns.push(pfn);
         z.lock().free_batch_locked(pfns.as_slice(), order);
-        pcp.slot.stats.drains.add(1);
-        pcp.slot.stats.drain_blocks.add(n as i64 + 1);
+        let mut by_order = [0; crate::pcp::PCP_ORDER_SLOTS];
+        by_order[crate::pcp::pcp_order_slot(order, z.pageblock_order)] = n as u64 + 1;
+        pcp.slot.stats.count_drain(&by_order);
         drop(pcp);
         crate::pcp::count_zone_free(z, order);
     }

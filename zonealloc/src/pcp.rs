@@ -130,8 +130,48 @@ pub(crate) struct PcpStats {
     /// Flushes (`free_pcppages_bulk` calls) and blocks they returned.
     pub drains: Counter,
     pub drain_blocks: Counter,
+    /// `refill_blocks` and `drain_blocks` per list order (`pcp_order_slot`).
+    pub refill_blocks_by_order: [Counter; PCP_ORDER_SLOTS],
+    pub drain_blocks_by_order: [Counter; PCP_ORDER_SLOTS],
     /// Mirror of `PerCpuPages::count` for lock-free readers.
     pub count: Counter,
+}
+
+impl PcpStats {
+    /// Counts a refill of `blocks` blocks of `order` (the slot's lock held).
+    #[inline]
+    pub fn count_refill(&self, order: Order, pageblock_order: Order, blocks: u64) {
+        self.refills.add(1);
+        self.refill_blocks.add(blocks as i64);
+        self.refill_blocks_by_order[pcp_order_slot(order, pageblock_order)].add(blocks as i64);
+    }
+
+    /// Counts a flush; `by_order` holds its blocks per `pcp_order_slot`.
+    #[inline]
+    pub fn count_drain(&self, by_order: &[u64; PCP_ORDER_SLOTS]) {
+        self.drains.add(1);
+        self.drain_blocks.add(by_order.iter().sum::<u64>() as i64);
+        for (c, &n) in self.drain_blocks_by_order.iter().zip(by_order) {
+            if n > 0 {
+                c.add(n as i64);
+            }
+        }
+    }
+}
+
+/// Orders with per-CPU lists, as counted per order: 0 to `PAGE_ALLOC_COSTLY_ORDER`,
+/// then the pageblock order.
+pub(crate) const PCP_ORDER_SLOTS: usize = PAGE_ALLOC_COSTLY_ORDER as usize + 2;
+
+/// Where an order with per-CPU lists is counted: its own index up to
+/// `PAGE_ALLOC_COSTLY_ORDER`, the last slot for the pageblock order.
+#[inline]
+pub(crate) fn pcp_order_slot(order: Order, pageblock_order: Order) -> usize {
+    if order == pageblock_order || order.0 > PAGE_ALLOC_COSTLY_ORDER {
+        PCP_ORDER_SLOTS - 1
+    } else {
+        order.0 as usize
+    }
 }
 
 /// A CPU's lists and counters, on their own cache lines.
@@ -183,6 +223,8 @@ impl PcpSlot {
                 refill_blocks: Counter::new(),
                 drains: Counter::new(),
                 drain_blocks: Counter::new(),
+                refill_blocks_by_order: core::array::from_fn(|_| Counter::new()),
+                drain_blocks_by_order: core::array::from_fn(|_| Counter::new()),
                 count: Counter::new(),
             },
         }
@@ -396,8 +438,7 @@ impl PcpLocked<'_> {
             });
         let c = self.pcp.count + (got << order.0);
         self.set_count(c);
-        self.slot.stats.refills.add(1);
-        self.slot.stats.refill_blocks.add(got as i64);
+        self.slot.stats.count_refill(order, z.pageblock_order, got);
     }
 
     // ---------------------------------------------------------------------------
@@ -521,7 +562,8 @@ impl PcpLocked<'_> {
         let z = self.zone;
         let mut left = count.min(self.pcp.count);
         let mut pindex = pindex;
-        let mut blocks = 0;
+        let pb = z.pageblock_order;
+        let mut blocks = [0u64; PCP_ORDER_SLOTS];
         if prefetch {
             // The buddy prefetch: pick outside the zone lock, prefetching each buddy's metadata,
             // then merge the picked blocks under one zone-lock hold per chunk.
@@ -534,6 +576,7 @@ impl PcpLocked<'_> {
                     };
                     z.frames.view().prefetch(z.pfn_of(idx).buddy(order));
                     picked[n] = (idx, order);
+                    blocks[pcp_order_slot(order, pb)] += 1;
                     n += 1;
                     left = left.saturating_sub(order.nr_pages());
                 }
@@ -544,7 +587,6 @@ impl PcpLocked<'_> {
                     .iter()
                     .map(|&(idx, order)| (z.pfn_of(idx), order));
                 free_picked(&mut z.lock(), picked);
-                blocks += n as u64;
             }
         } else {
             let mut zl = z.lock();
@@ -556,13 +598,12 @@ impl PcpLocked<'_> {
                     }
                     let (idx, order) = self.pick(&mut pindex)?;
                     left = left.saturating_sub(order.nr_pages());
-                    blocks += 1;
+                    blocks[pcp_order_slot(order, pb)] += 1;
                     Some((z.pfn_of(idx), order))
                 }),
             );
         }
-        self.slot.stats.drains.add(1);
-        self.slot.stats.drain_blocks.add(blocks as i64);
+        self.slot.stats.count_drain(&blocks);
     }
 
     /// Empties this CPU's lists (`drain_pages_zone()`), at most `batch << 5` pages

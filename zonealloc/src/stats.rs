@@ -241,6 +241,9 @@ pub struct ZoneEventCounts {
     pub watermark_failures: u64,
 }
 
+// `PcpCpuStats`' per-order arrays have one entry per order with lists.
+const _: () = assert!(crate::pcp::PCP_ORDER_SLOTS == 5);
+
 /// One CPU's per-CPU list activity in one zone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PcpCpuStats {
@@ -259,6 +262,11 @@ pub struct PcpCpuStats {
     pub drains: u64,
     /// Blocks flushed (each a `mm_page_pcpu_drain` event in Linux).
     pub drain_blocks: u64,
+    /// `refill_blocks` per list order: orders 0 to 3 (`PAGE_ALLOC_COSTLY_ORDER`),
+    /// then the pageblock order.
+    pub refill_blocks_by_order: [u64; 5],
+    /// `drain_blocks` per list order, as `refill_blocks_by_order`.
+    pub drain_blocks_by_order: [u64; 5],
 }
 
 /// Per-CPU list activity of one zone.
@@ -602,6 +610,16 @@ impl<B: Backend> ZoneAllocator<B> {
                         refill_blocks: s.stats.refill_blocks.get(),
                         drains: s.stats.drains.get(),
                         drain_blocks: s.stats.drain_blocks.get(),
+                        refill_blocks_by_order: s
+                            .stats
+                            .refill_blocks_by_order
+                            .each_ref()
+                            .map(|c| c.get()),
+                        drain_blocks_by_order: s
+                            .stats
+                            .drain_blocks_by_order
+                            .each_ref()
+                            .map(|c| c.get()),
                     })
                     .collect(),
             })

@@ -359,3 +359,34 @@ fn a_high_order_request_short_of_its_block_drains_the_lists_instead_of_taking_fr
     za.drain_all_pages();
     assert_eq!(za.nr_free_pages(), za.managed_pages());
 }
+
+#[test]
+fn refills_and_flushes_are_counted_per_list_order() {
+    let mut config = Config::with_bytes(256 << 20);
+    config.nr_cpus = 2;
+    let za = ZoneAllocator::new(config).unwrap();
+    let stats = |za: &ZoneAllocator| za.pcp_stats()[0].cpus[1];
+    // Order 3 and the pageblock order on CPU 1: each first allocation refills its
+    // own list.
+    let a = za.alloc_pages_on(1, Gfp::KERNEL, Order(3)).unwrap();
+    let b = za
+        .alloc_pages_on(1, Gfp::HIGHUSER_MOVABLE, Order(9))
+        .unwrap();
+    let s = stats(&za);
+    assert!(s.refill_blocks_by_order[3] > 0, "{s:?}");
+    assert!(s.refill_blocks_by_order[4] > 0, "{s:?}");
+    assert_eq!(s.refill_blocks_by_order[0..3], [0, 0, 0]);
+    assert_eq!(
+        s.refill_blocks_by_order.iter().sum::<u64>(),
+        s.refill_blocks
+    );
+    za.free_pages_on(1, a, Order(3)).unwrap();
+    za.free_pages_on(1, b, Order(9)).unwrap();
+    // Once CPU 1 is drained (its frees may have flushed already), every block
+    // its refills took went back, each counted under its own order.
+    za.drain_cpu_pages(1);
+    let s = stats(&za);
+    assert_eq!(s.drain_blocks_by_order, s.refill_blocks_by_order);
+    assert_eq!(s.drain_blocks_by_order.iter().sum::<u64>(), s.drain_blocks);
+    assert_eq!(s.count, 0);
+}

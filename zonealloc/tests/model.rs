@@ -1171,6 +1171,14 @@ impl Case<'_> {
         );
         // Per-CPU counts: pcp_stats, zoneinfo's pagesets and the total agree.
         let pcp = self.za.pcp_stats();
+        // Refills and flushes counted per list order add up to their totals.
+        for c in pcp.iter().flat_map(|z| z.cpus.iter()) {
+            assert_eq!(
+                c.refill_blocks_by_order.iter().sum::<u64>(),
+                c.refill_blocks
+            );
+            assert_eq!(c.drain_blocks_by_order.iter().sum::<u64>(), c.drain_blocks);
+        }
         let by_zone: Vec<(ZoneId, u64)> = pcp
             .iter()
             .map(|z| (z.id, z.cpus.iter().map(|c| c.count).sum()))
