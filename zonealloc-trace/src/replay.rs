@@ -167,12 +167,15 @@ impl From<ConfigError> for ReplayError {
 
 /// The first whole second of trace time after `t`: when the vmstat worker next
 /// runs. Linux queues it with `round_jiffies_relative(HZ)`, which rounds the
-/// timer to a whole second of jiffies (less a skew of 3 jiffies per CPU number),
-/// and perf's timestamps count from boot like jiffies do: in the tuning traces the
+/// timer to a whole second of jiffies (less a skew of 3 jiffies per CPU number).
+/// That the trace clock's whole seconds are close to jiffies' is observed, not
+/// derived (jiffies start at `INITIAL_JIFFIES`, not at 0): in the tuning traces the
 /// worker's flushes (`kworker` drains of at most `batch << 5` pages) fall 30 to
-/// 110 ms past a whole second, not at a phase of their own.
+/// 110 ms past a whole second of the trace clock.
 fn next_whole(t: u64) -> u64 {
-    (t / DECAY_INTERVAL_NS + 1) * DECAY_INTERVAL_NS
+    (t / DECAY_INTERVAL_NS)
+        .saturating_add(1)
+        .saturating_mul(DECAY_INTERVAL_NS)
 }
 
 /// Fibonacci hashing of a frame number: one multiply, enough for the pfn map.
@@ -761,16 +764,21 @@ impl Replayer {
     /// list of that order where there is one, else to the buddy lists. Takes
     /// another max-order block into the pool when no run is left.
     fn free_pretrace(&mut self, cpu: usize, order: u8) {
-        let Some(z) = self.pool_run(cpu, order) else {
-            return;
-        };
-        self.counts.allocator_calls += 1;
-        if self
-            .za
-            .free_contig_range_on(cpu, Pfn(z), 1u64 << order)
-            .is_err()
-        {
-            self.counts.free_errors += 1;
+        // Above zonealloc's max order (a trace of a machine with a larger
+        // `MAX_PAGE_ORDER`): as many max-order runs.
+        let max = self.za.config().max_order.0.min(order);
+        for _ in 0..1u64 << (order - max) {
+            let Some(z) = self.pool_run(cpu, max) else {
+                return;
+            };
+            self.counts.allocator_calls += 1;
+            if self
+                .za
+                .free_contig_range_on(cpu, Pfn(z), 1u64 << max)
+                .is_err()
+            {
+                self.counts.free_errors += 1;
+            }
         }
         self.counts.frees_pretrace_replayed += 1;
     }
@@ -892,9 +900,11 @@ impl Replayer {
     }
 
     /// Starts the per-CPU lists warm (see `WarmCpu`): on each CPU, order-0 pages on
-    /// the order-0 lists, split between the migratetypes as `mix` (weights per
-    /// `Migratetype::idx()`), pageblock-order blocks on the pageblock-order list,
-    /// and the auto-tuned `high` grown toward the traced machine's.
+    /// the order-0 lists of each type as `WarmCpu::by_type` gives them (where it
+    /// does not, split between the migratetypes as `mix`, weights per
+    /// `Migratetype::idx()`), blocks of orders 1–3 on the lists of their types
+    /// likewise (else movable), pageblock-order blocks on that list, and the
+    /// auto-tuned `high` grown toward the traced machine's.
     ///
     /// zonealloc's `high` is tuned, not set, so it is grown the way Linux grows it:
     /// each CPU allocates order-0 pages (every refill raises `high` by a batch while
@@ -920,14 +930,16 @@ impl Replayer {
             let mut held = Vec::new();
             let mut want = w.blocks[0];
             // The first round puts each type's own pages on its list where the trace
-            // told them (`WarmCpu::order0_types`); later rounds, which only grow
+            // told them (`WarmCpu::by_type`); later rounds, which only grow
             // `high`, and a CPU the trace told nothing of, split by `mix`.
-            let by_type = w.order0_types.iter().sum::<u64>() == w.blocks[0];
+            let typed_order = |o: usize| w.by_type[o].iter().sum::<u64>() == w.blocks[o];
+            let by_type = typed_order(0);
             loop {
                 let before = held.len();
+                let first_round = before == 0;
                 for mt in Migratetype::ALL {
-                    let typed = pcp_type_slot(mt).map_or(0, |t| w.order0_types[t]);
-                    let share = if by_type && held.is_empty() {
+                    let typed = pcp_type_slot(mt).map_or(0, |t| w.by_type[0][t]);
+                    let share = if by_type && first_round {
                         typed
                     } else {
                         (want * mix[mt.idx()])
@@ -948,14 +960,29 @@ impl Replayer {
                 }
                 want = 4096;
             }
-            // Higher orders: movable, the type of nearly every such block in a trace.
+            // Orders 1-3 by type where the warm state has the types, else movable,
+            // the type of most such blocks; pageblock-order blocks movable.
+            const PCP_TYPES: [Migratetype; 3] = [
+                Migratetype::Unmovable,
+                Migratetype::Movable,
+                Migratetype::Reclaimable,
+            ];
+            let mut plan = Vec::new();
+            for o in 1..4usize {
+                if typed_order(o) {
+                    for (t, &mt) in PCP_TYPES.iter().enumerate() {
+                        let gfp = crate::gfp_names::effective_gfp(Gfp::KERNEL, Some(mt));
+                        plan.push((Order(o as u8), gfp, w.by_type[o][t]));
+                    }
+                } else {
+                    plan.push((Order(o as u8), Gfp::HIGHUSER_MOVABLE, w.blocks[o]));
+                }
+            }
+            plan.push((pb, Gfp::HIGHUSER_MOVABLE, w.pageblock_blocks));
             let mut blocks = Vec::new();
-            for (order, n) in (1..4u8)
-                .map(|o| (Order(o), w.blocks[o as usize]))
-                .chain([(pb, w.pageblock_blocks)])
-            {
+            for (order, gfp, n) in plan {
                 for _ in 0..n {
-                    match self.za.alloc_pages_on(cpu, Gfp::HIGHUSER_MOVABLE, order) {
+                    match self.za.alloc_pages_on(cpu, gfp, order) {
                         Ok(p) => blocks.push((p, order)),
                         Err(_) => break,
                     }
@@ -1227,10 +1254,11 @@ fn type_counts(c: &[u64; MIGRATE_TYPES]) -> Vec<(String, u64)> {
 pub struct WarmCpu {
     /// Blocks on the lists of each order 0..=3 (`PAGE_ALLOC_COSTLY_ORDER`).
     pub blocks: [u64; 4],
-    /// Of `blocks[0]`, the pages on the unmovable, movable and reclaimable order-0
-    /// lists (Linux's per-CPU list types), when they add up to it; else the
-    /// replay splits `blocks[0]` by the trace's mix of types.
-    pub order0_types: [u64; 3],
+    /// Of `blocks[o]`, the blocks on the unmovable, movable and reclaimable lists
+    /// of order `o` (Linux's per-CPU list types), where they add up to it; else the
+    /// replay splits order 0 by the trace's mix of types, and takes higher orders
+    /// movable.
+    pub by_type: [[u64; 3]; 4],
     /// Pageblock-order blocks on the pageblock-order list.
     pub pageblock_blocks: u64,
     /// The auto-tuned `high` to grow toward.
@@ -1328,12 +1356,16 @@ pub fn warm_state(
             _ => continue,
         };
         let Some(l) = slot(order) else { continue };
+        // Linux keeps two pageblock-order lists, movable and the rest.
+        let t = if l == 4 && t != 1 { 0 } else { t };
         let i = idx(cpu, t, l);
         if at_refill[i].is_some() {
             continue;
         }
         if step == 0 {
-            at_refill[i] = Some(balance[i].min(0).unsigned_abs().max(deficit[i]));
+            // The deepest point so far, which includes the balance now: where a
+            // refill finds the balance above it, an event is missing.
+            at_refill[i] = Some(deficit[i]);
         } else {
             balance[i] += step;
             deficit[i] = deficit[i].max(balance[i].min(0).unsigned_abs());
@@ -1347,7 +1379,7 @@ pub fn warm_state(
             let all = |l: usize| (0..TYPES).map(|t| at(t, l)).sum::<u64>();
             let mut w = WarmCpu {
                 blocks: [all(0), all(1), all(2), all(3)],
-                order0_types: [at(0, 0), at(1, 0), at(2, 0)],
+                by_type: core::array::from_fn(|o| [at(0, o), at(1, o), at(2, o)]),
                 pageblock_blocks: all(4),
                 high: high.get(cpu).copied().unwrap_or(0),
             };
@@ -1361,10 +1393,8 @@ pub fn warm_state(
                     w.pageblock_blocks -= 1;
                 } else if let Some(o) = (0..4).rev().find(|&o| w.blocks[o] > 0) {
                     w.blocks[o] -= 1;
-                    if o == 0 {
-                        let t = (0..TYPES).max_by_key(|&t| w.order0_types[t]).unwrap_or(1);
-                        w.order0_types[t] -= 1;
-                    }
+                    let t = (0..TYPES).max_by_key(|&t| w.by_type[o][t]).unwrap_or(1);
+                    w.by_type[o][t] -= 1;
                 } else {
                     break;
                 }
@@ -1380,18 +1410,18 @@ pub fn warm_state(
                 let mut given = 0;
                 for &t in &open {
                     let share = rest * allocs[cpu][t] / weight;
-                    w.order0_types[t] += share;
+                    w.by_type[0][t] += share;
                     given += share;
                 }
                 // The rounding's remainder to the type allocated most.
                 let top = *open.iter().max_by_key(|&&t| allocs[cpu][t]).unwrap_or(&1);
-                w.order0_types[top] += rest - given;
+                w.by_type[0][top] += rest - given;
                 w.blocks[0] += rest;
             } else if (0..TYPES).all(|t| allocs[cpu][t] == 0 && at_refill[idx(cpu, t, 0)].is_none())
             {
                 // Nothing allocated at order 0 here: the order-0 lists, by the mix.
                 w.blocks[0] += rest;
-                w.order0_types = [0; 3];
+                w.by_type[0] = [0; 3];
             } else {
                 w.pageblock_blocks += rest >> pageblock_order;
             }

@@ -508,8 +508,9 @@ fn warm_state_reads_each_list_from_the_first_refill() {
     assert_eq!(w[0].high, 9000);
     assert_eq!(w[1].blocks, [700, 0, 0, 0]);
     assert_eq!(w[1].pageblock_blocks, 0);
-    assert_eq!(w[0].order0_types, [0, 5, 0]);
-    assert_eq!(w[1].order0_types, [0, 700, 0]);
+    assert_eq!(w[0].by_type[0], [0, 5, 0]);
+    assert_eq!(w[0].by_type[1], [0, 2, 0]);
+    assert_eq!(w[1].by_type[0], [0, 700, 0]);
     // A deficit larger than the count is cut to it.
     let w = warm_state(&[3], &[0], &first, 1, 9);
     assert_eq!(
@@ -550,8 +551,8 @@ fn warm_state_keeps_each_type_s_order_0_list_apart() {
     first.extend((0..10).map(|i| rec(alloc(0x10000 + i, Migratetype::Movable))));
     first.push(rec(refill(Migratetype::Movable)));
     // Unmovable (pageblock 0x20000 >> 9): 6 allocations, 2 frees of pages of that
-    // pageblock (its list), 3 allocations, then a refill: the list went 4 below its
-    // start before the frees, 7 at the refill: 7 pages.
+    // pageblock (its list), 3 allocations, then a refill: the list went 6 below its
+    // start before the frees, 4 after them, 7 at the refill: 7 pages.
     first.extend((0..4).map(|i| rec(alloc(0x20000 + i, Migratetype::Unmovable))));
     first.extend((0..2).map(|i| rec(alloc(0x20010 + i, Migratetype::Unmovable))));
     first.extend((0..2).map(|i| {
@@ -566,7 +567,7 @@ fn warm_state_keeps_each_type_s_order_0_list_apart() {
     // zoneinfo's count leaves over, not the pageblock-order list.
     first.extend((0..5).map(|i| rec(alloc(0x30000 + i, Migratetype::Reclaimable))));
     let w = warm_state(&[1000], &[4000], &first, 1, 9);
-    assert_eq!(w[0].order0_types, [7, 10, 1000 - 17]);
+    assert_eq!(w[0].by_type[0], [7, 10, 1000 - 17]);
     assert_eq!(w[0].blocks, [1000, 0, 0, 0]);
     assert_eq!(w[0].pageblock_blocks, 0);
     // A refill that finds the list at a balance above its deepest point (perf lost
@@ -581,7 +582,28 @@ fn warm_state_keeps_each_type_s_order_0_list_apart() {
     }));
     odd.push(rec(refill(Migratetype::Movable)));
     let w = warm_state(&[8], &[4000], &odd, 1, 9);
-    assert_eq!(w[0].order0_types, [0, 8, 0]);
+    assert_eq!(w[0].by_type[0], [0, 8, 0]);
+}
+
+#[test]
+fn warm_start_puts_each_type_s_pages_on_its_own_list() {
+    use zonealloc::{Config, Migratetype, MIGRATE_TYPES};
+    use zonealloc_trace::replay::{Replayer, WarmCpu};
+    let warm = WarmCpu {
+        blocks: [1150, 0, 3, 0],
+        by_type: [[100, 1000, 50], [0; 3], [3, 0, 0], [0; 3]],
+        pageblock_blocks: 0,
+        high: 0,
+    };
+    // The mix says every allocation was unmovable: the per-type counts, where the
+    // warm state has them, win over it for every type.
+    let mut mix = [0u64; MIGRATE_TYPES];
+    mix[Migratetype::Unmovable.idx()] = 1;
+    let mut config = Config::with_bytes(256 << 20);
+    config.nr_cpus = 1;
+    let mut rp = Replayer::new(config, 0).unwrap();
+    // And three unmovable order-2 blocks.
+    assert_eq!(rp.warm_start(&[warm], &mix), 1150 + 3 * 4);
 }
 
 /// CPU 0 allocates 3,000 pages and frees them in a burst (its list grows far
