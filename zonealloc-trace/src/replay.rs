@@ -64,8 +64,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use zonealloc::{
-    unusable_free_index, Config, ConfigError, Gfp, Migratetype, Order, PcpCpuStats, Pfn,
-    ZoneAllocator, MIGRATE_TYPES,
+    pcp_order_slot, unusable_free_index, Config, ConfigError, Gfp, Migratetype, Order, PcpCpuStats,
+    Pfn, ZoneAllocator, MIGRATE_TYPES, PCP_ORDER_SLOTS,
 };
 
 use crate::action::Action;
@@ -670,7 +670,7 @@ impl Replayer {
                         k.resize(cpu + 1, 0);
                     }
                     k[cpu] += 1;
-                    let slot = order_slot(order, self.za.config().pageblock_order.0);
+                    let slot = pcp_order_slot(Order(order), self.za.config().pageblock_order);
                     bump(&mut self.kernel.refill_by_cpu_order, cpu, slot);
                 } else {
                     self.kernel.zone_locked_other += 1;
@@ -686,7 +686,7 @@ impl Replayer {
                     k.resize(cpu + 1, 0);
                 }
                 k[cpu] += 1;
-                let slot = order_slot(order, self.za.config().pageblock_order.0);
+                let slot = pcp_order_slot(Order(order), self.za.config().pageblock_order);
                 bump(&mut self.kernel.drain_by_cpu_order, cpu, slot);
                 if self.holds_any(pfn, order) {
                     self.counts.lost_frees_at_drain += self.free_overlapping(cpu, pfn, order);
@@ -1433,19 +1433,6 @@ pub fn warm_state(
 // -----------------------------------------------------------------------------
 // The report
 // -----------------------------------------------------------------------------
-
-/// List orders counted apart in the report: 0 to 3, then the pageblock order.
-pub const PCP_ORDER_SLOTS: usize = 5;
-
-/// The report's slot of a per-CPU list order (the pageblock order, and any order
-/// above 3, in the last).
-fn order_slot(order: u8, pageblock_order: u8) -> usize {
-    if order == pageblock_order || order > 3 {
-        PCP_ORDER_SLOTS - 1
-    } else {
-        order as usize
-    }
-}
 
 /// Adds one to `v[cpu][slot]`, growing `v` to the CPU.
 fn bump(v: &mut Vec<[u64; PCP_ORDER_SLOTS]>, cpu: usize, slot: usize) {

@@ -191,7 +191,7 @@ pub use local::{LocalCache, LOCAL_CACHE_BATCH, LOCAL_CACHE_MAX_BATCHES};
 pub use migrator::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, Fragment, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
-pub use pcp::PAGE_ALLOC_COSTLY_ORDER;
+pub use pcp::{pcp_order_slot, PAGE_ALLOC_COSTLY_ORDER, PCP_ORDER_SLOTS};
 #[cfg(all(feature = "std", not(loom)))]
 pub use reclaim::KswapdWorker;
 pub use reclaim::{

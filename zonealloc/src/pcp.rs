@@ -159,14 +159,15 @@ impl PcpStats {
     }
 }
 
-/// Orders with per-CPU lists, as counted per order: 0 to `PAGE_ALLOC_COSTLY_ORDER`,
-/// then the pageblock order.
-pub(crate) const PCP_ORDER_SLOTS: usize = PAGE_ALLOC_COSTLY_ORDER as usize + 2;
+/// Orders with per-CPU lists, as `PcpCpuStats` counts them per order: 0 to
+/// `PAGE_ALLOC_COSTLY_ORDER`, then the pageblock order.
+pub const PCP_ORDER_SLOTS: usize = PAGE_ALLOC_COSTLY_ORDER as usize + 2;
 
-/// Where an order with per-CPU lists is counted: its own index up to
-/// `PAGE_ALLOC_COSTLY_ORDER`, the last slot for the pageblock order.
+/// Where `PcpCpuStats` counts an order with per-CPU lists: its own index up to
+/// `PAGE_ALLOC_COSTLY_ORDER`, the last slot for the pageblock order (and any
+/// order above `PAGE_ALLOC_COSTLY_ORDER`).
 #[inline]
-pub(crate) fn pcp_order_slot(order: Order, pageblock_order: Order) -> usize {
+pub fn pcp_order_slot(order: Order, pageblock_order: Order) -> usize {
     if order == pageblock_order || order.0 > PAGE_ALLOC_COSTLY_ORDER {
         PCP_ORDER_SLOTS - 1
     } else {

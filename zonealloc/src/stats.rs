@@ -241,9 +241,6 @@ pub struct ZoneEventCounts {
     pub watermark_failures: u64,
 }
 
-// `PcpCpuStats`' per-order arrays have one entry per order with lists.
-const _: () = assert!(crate::pcp::PCP_ORDER_SLOTS == 5);
-
 /// One CPU's per-CPU list activity in one zone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PcpCpuStats {
@@ -262,11 +259,11 @@ pub struct PcpCpuStats {
     pub drains: u64,
     /// Blocks flushed (each a `mm_page_pcpu_drain` event in Linux).
     pub drain_blocks: u64,
-    /// `refill_blocks` per list order: orders 0 to 3 (`PAGE_ALLOC_COSTLY_ORDER`),
-    /// then the pageblock order.
-    pub refill_blocks_by_order: [u64; 5],
+    /// `refill_blocks` per list order (`pcp_order_slot`): orders 0 to 3
+    /// (`PAGE_ALLOC_COSTLY_ORDER`), then the pageblock order.
+    pub refill_blocks_by_order: [u64; crate::pcp::PCP_ORDER_SLOTS],
     /// `drain_blocks` per list order, as `refill_blocks_by_order`.
-    pub drain_blocks_by_order: [u64; 5],
+    pub drain_blocks_by_order: [u64; crate::pcp::PCP_ORDER_SLOTS],
 }
 
 /// Per-CPU list activity of one zone.

@@ -126,14 +126,20 @@ fn only_movable_requests_borrow_the_area() {
     ledger(&za, 0, 0);
 }
 
-#[test]
-fn movable_requests_take_the_area_first_when_it_holds_most_free_memory() {
-    // 48 MiB of the 64 are the area: more than half the free pages are CMA's.
-    let za = ZoneAllocator::new(Config {
+/// One CPU, and 48 of the zone's 64 MiB a CMA area: more than half its free pages
+/// are CMA's.
+fn big_area() -> ZoneAllocator {
+    ZoneAllocator::new(Config {
         nr_cpus: 1,
         ..Config::with_bytes(BYTES).with_cma("big", Pfn(4096), 12288)
     })
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn movable_requests_take_the_area_first_when_it_holds_most_free_memory() {
+    // 48 MiB of the 64 are the area: more than half the free pages are CMA's.
+    let za = big_area();
     let p = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(0)).unwrap();
     assert!(p.0 >= 4096, "{p} is outside the area");
     let q = za.alloc_pages(Gfp::HIGHUSER_MOVABLE, Order(4)).unwrap();
@@ -682,11 +688,7 @@ fn an_idle_area_does_not_end_compaction_for_an_unmovable_request() {
 #[test]
 fn bulk_movable_allocations_borrow_the_area_and_kswapd_leaves_it_out() {
     // 48 of the 64 MiB are the area: a movable bulk request takes it first.
-    let za = ZoneAllocator::new(Config {
-        nr_cpus: 1,
-        ..Config::with_bytes(BYTES).with_cma("big", Pfn(4096), 12288)
-    })
-    .unwrap();
+    let za = big_area();
     let mut pages = vec![None; 64];
     assert_eq!(za.alloc_pages_bulk(Gfp::HIGHUSER_MOVABLE, &mut pages), 64);
     assert!(pages.iter().flatten().all(|p| p.0 >= 4096));
