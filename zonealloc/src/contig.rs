@@ -150,8 +150,8 @@ impl<B: Backend> ZoneAllocator<B> {
         };
         let mut claim = Claim::default();
         let pages = (0..nr).map(|i| (pfn.add(i), 1));
-        self.claim_pages(z, pages.clone(), &mut claim, 0, owner)?;
-        self.commit_pages(z, pages, &claim, 0, via, owner);
+        let all = self.claim_pages(z, pages.clone(), &mut claim, 0, owner)?;
+        self.commit_pages(z, pages, (!all).then_some((&claim, 0)), via, owner);
         Ok(())
     }
 
@@ -168,7 +168,8 @@ impl<B: Backend> ZoneAllocator<B> {
     /// two frees of one page exactly one succeeds.
     /// `claim` records page `i` of `pages` as bit `base + i`. `owner` is the
     /// owner flag every page must carry: 0 for the raw API, `FLAG_VMALLOC` for a
-    /// vmalloc area's pages, `FLAG_CMA` for `cma_release`'s.
+    /// vmalloc area's pages, `FLAG_CMA` for `cma_release`'s. Returns whether every
+    /// page was taken (none keeps a reference).
     fn claim_pages(
         &self,
         z: &Zone,
@@ -176,17 +177,24 @@ impl<B: Backend> ZoneAllocator<B> {
         claim: &mut Claim,
         base: usize,
         owner: u8,
-    ) -> Result<(), FreeError> {
+    ) -> Result<bool, FreeError> {
+        let mut all = true;
+        // The last word checked and found takeable with its `k`: the pages of a
+        // split block all carry the same word, so the checks run once a block.
+        let mut passed: Option<(Word, u32)> = None;
         for (i, (p, k)) in pages.clone().enumerate() {
             let idx = z.idx(p);
             let mut w = z.frames.word(idx);
             let taken = loop {
-                if let Some(e) = self.claim_refusal(z, p, k, w, owner) {
-                    self.unclaim(z, pages.take(i), claim, base, owner);
-                    return Err(e);
-                }
-                if w.refcount() > k {
-                    break false;
+                if passed != Some((w, k)) {
+                    if let Some(e) = self.claim_refusal(z, p, k, w, owner) {
+                        self.unclaim(z, pages.take(i), claim, base, owner);
+                        return Err(e);
+                    }
+                    if w.refcount() > k {
+                        break false;
+                    }
+                    passed = Some((w, k));
                 }
                 // `claimed` keeps the type byte, so the page can be restored as it
                 // was; and it tells a racing single-page call on it to wait for the
@@ -198,9 +206,11 @@ impl<B: Backend> ZoneAllocator<B> {
             };
             if taken {
                 claim.set(base + i);
+            } else {
+                all = false;
             }
         }
-        Ok(())
+        Ok(all)
     }
 
     /// Why `claim_pages` may not drop `k` references of page `p`, whose word is
@@ -249,16 +259,34 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// Phase two: drops the references of the pages not taken (those that reach
     /// zero now are freed too) and frees every run of zero-reference pages as
-    /// aligned blocks.
+    /// aligned blocks. `taken`: phase one's record and the bit of `pages`' first
+    /// page in it, or `None` if phase one took every page; `pages` is then one
+    /// run of consecutive frames (as every caller passes them), freed whole with
+    /// no page looked at again.
     fn commit_pages(
         &self,
         z: &Zone,
-        pages: impl Iterator<Item = (Pfn, u32)>,
-        claim: &Claim,
-        base: usize,
+        pages: impl Iterator<Item = (Pfn, u32)> + Clone,
+        taken: Option<(&Claim, usize)>,
         via: Via,
         owner: u8,
     ) {
+        let Some((claim, base)) = taken else {
+            let mut it = pages.clone();
+            if let Some((first, _)) = it.next() {
+                let nr = 1 + it.count() as u64;
+                debug_assert!(pages
+                    .enumerate()
+                    .all(|(i, (p, _))| p.0 == first.0 + i as u64));
+                // Every page is the caller's now: `Tail` until `free_run` gives each
+                // chunk its head.
+                z.frames
+                    .view()
+                    .set_words(z.idx(first), nr as u32, 0, Word::TAIL);
+                self.free_run(z, first, nr, via);
+            }
+            return;
+        };
         let mut run: Option<(u64, u64)> = None;
         for (i, (p, k)) in pages.enumerate() {
             let zero = claim.get(base + i) || self.put_order0(z, p, k, owner);
@@ -375,12 +403,20 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         };
         let n = if ascending { pages.len() } else { list.len() };
+        // Entries `j..j + m`, a run of consecutive frames from `start`, each with its
+        // count (1 when the array is ascending and so has no repeats).
+        let run = |start: Pfn, j: usize, m: usize| {
+            (0..m).map(move |t| {
+                let count = if ascending { 1 } else { list[j + t].1 };
+                (start.add(t as u64), count)
+            })
+        };
         // The CPU first: owner code (`Config::cpu_id`) runs before a page is taken.
         let cpu = self.current_cpu();
         // Phase one, run by run (runs of consecutive frames in one zone): take the
         // pages. A vmalloc array is usually one run, kept without allocating.
-        let mut first: Option<(&Zone, usize, usize)> = None;
-        let mut more: Vec<(&Zone, usize, usize)> = Vec::new();
+        let mut first: Option<(&Zone, usize, usize, bool)> = None;
+        let mut more: Vec<(&Zone, usize, usize, bool)> = Vec::new();
         let mut claim = Claim::default();
         let mut i = 0;
         while i < n {
@@ -388,15 +424,23 @@ impl<B: Backend> ZoneAllocator<B> {
             let taken = match self.zone_of(start) {
                 None => Err(FreeError::OutOfRange(start)),
                 Some(z) => {
-                    let mut k = 1;
-                    while i + k < n
-                        && entry(i + k).0 .0 == start.0 + k as u64
-                        && z.contains(entry(i + k).0)
-                    {
-                        k += 1;
-                    }
-                    self.claim_pages(z, (i..i + k).map(entry), &mut claim, i, owner)
-                        .map(|()| (z, i, k))
+                    // Distinct pages in ascending order: the run is as long as the
+                    // pfns stay one apart, and ends at the zone's end.
+                    let in_zone = z.start_pfn + z.spanned - start.0;
+                    let k = if ascending {
+                        run_len(&pages[i..]).min(usize::try_from(in_zone).unwrap_or(usize::MAX))
+                    } else {
+                        let mut k = 1;
+                        while i + k < n
+                            && entry(i + k).0 .0 == start.0 + k as u64
+                            && z.contains(entry(i + k).0)
+                        {
+                            k += 1;
+                        }
+                        k
+                    };
+                    self.claim_pages(z, run(start, i, k), &mut claim, i, owner)
+                        .map(|all| (z, i, k, all))
                 }
             };
             match taken {
@@ -409,16 +453,17 @@ impl<B: Backend> ZoneAllocator<B> {
                     }
                 }
                 Err(e) => {
-                    for &(z, j, m) in first.iter().chain(&more) {
-                        self.unclaim(z, (j..j + m).map(entry), &claim, j, owner);
+                    for &(z, j, m, _) in first.iter().chain(&more) {
+                        self.unclaim(z, run(entry(j).0, j, m), &claim, j, owner);
                     }
                     return Err(e);
                 }
             }
         }
         // Phase two: release them.
-        for &(z, j, m) in first.iter().chain(&more) {
-            self.commit_pages(z, (j..j + m).map(entry), &claim, j, Via::Here(cpu), owner);
+        for &(z, j, m, all) in first.iter().chain(&more) {
+            let taken = (!all).then_some((&claim, j));
+            self.commit_pages(z, run(entry(j).0, j, m), taken, Via::Here(cpu), owner);
         }
         Ok(())
     }
@@ -761,6 +806,27 @@ impl Claim {
     }
 }
 
+/// How many entries of `pages` (distinct, ascending) from the first on are
+/// consecutive frames: a binary search, since for ascending distinct pfns
+/// `pages[m] - pages[0] == m` holds for every `m` below the run's length and for
+/// none past it.
+fn run_len(pages: &[Pfn]) -> usize {
+    let Some(first) = pages.first() else {
+        return 0;
+    };
+    let (mut lo, mut hi) = (1, pages.len());
+    // Invariant: the run has at least `lo` entries and at most `hi`.
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if pages[mid - 1].0 - first.0 == (mid - 1) as u64 {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
+}
+
 impl<B: Backend> ZoneAllocator<B> {
     /// What a lock-free look sees of frame `pfn` (which a racing allocation can
     /// make stale): busy if it is, or lies in, an allocated block, a hole or a
@@ -793,7 +859,27 @@ enum Seen {
 
 #[cfg(test)]
 mod tests {
-    use super::Claim;
+    use super::{run_len, Claim};
+    use crate::Pfn;
+
+    #[test]
+    fn run_len_finds_where_the_frames_stop_being_consecutive() {
+        let pfns = |v: &[u64]| v.iter().map(|&p| Pfn(p)).collect::<Vec<_>>();
+        assert_eq!(run_len(&[]), 0);
+        assert_eq!(run_len(&pfns(&[7])), 1);
+        assert_eq!(run_len(&pfns(&[7, 9])), 1);
+        assert_eq!(run_len(&pfns(&[7, 8, 9, 10])), 4);
+        assert_eq!(run_len(&pfns(&[7, 8, 9, 11, 12])), 3);
+        // Every cut point of a 40-page run followed by a gap, against a linear scan.
+        for cut in 1..40u64 {
+            let v: Vec<Pfn> = (0..40)
+                .map(|i| Pfn(100 + i + u64::from(i >= cut) * 5))
+                .collect();
+            let linear = 1 + v.windows(2).take_while(|w| w[1].0 == w[0].0 + 1).count();
+            assert_eq!(run_len(&v), linear, "cut at {cut}");
+            assert_eq!(run_len(&v), cut as usize);
+        }
+    }
 
     #[test]
     fn claim_bits_cross_from_the_stack_to_the_heap() {
