@@ -1276,10 +1276,10 @@ impl<B: Backend> ZoneAllocator<B> {
         let idx = z.idx(pfn);
         let w = old;
         let mt = Migratetype::from_idx(w.aux() as usize).unwrap_or(Migratetype::Unmovable);
-        for i in 1..order.nr_pages() as u32 {
-            z.frames
-                .set_word(idx + i, Word::alloc_flagged(Order(0), mt, w.flags()));
-        }
+        let page = Word::alloc_flagged(Order(0), mt, w.flags());
+        z.frames
+            .view()
+            .set_words(idx + 1, order.nr_pages() as u32 - 1, 0, page);
         Ok(())
     }
 

@@ -178,6 +178,8 @@ impl<B: Backend> ZoneAllocator<B> {
         base: usize,
         owner: u8,
     ) -> Result<bool, FreeError> {
+        // Whether every page so far was taken: until one is not, `claim` is left
+        // alone (its bits are set for all of them when one is not, or on error).
         let mut all = true;
         // The last word checked and found takeable with its `k`: the pages of a
         // split block all carry the same word, so the checks run once a block.
@@ -188,6 +190,9 @@ impl<B: Backend> ZoneAllocator<B> {
             let taken = loop {
                 if passed != Some((w, k)) {
                     if let Some(e) = self.claim_refusal(z, p, k, w, owner) {
+                        if all {
+                            claim.set_range(base, base + i);
+                        }
                         self.unclaim(z, pages.take(i), claim, base, owner);
                         return Err(e);
                     }
@@ -204,10 +209,11 @@ impl<B: Backend> ZoneAllocator<B> {
                     Err(cur) => w = cur,
                 }
             };
-            if taken {
-                claim.set(base + i);
-            } else {
+            if !taken && all {
+                claim.set_range(base, base + i);
                 all = false;
+            } else if taken && !all {
+                claim.set(base + i);
             }
         }
         Ok(all)
@@ -782,6 +788,14 @@ impl Claim {
         match self.inline.get_mut(w) {
             Some(x) => *x |= bit,
             None => self.set_far(w - self.inline.len(), bit),
+        }
+    }
+
+    /// Sets bits `from..to`.
+    #[cold]
+    fn set_range(&mut self, from: usize, to: usize) {
+        for i in from..to {
+            self.set(i);
         }
     }
 

@@ -437,3 +437,37 @@ fn ascending_bulk_free_cuts_runs_at_gaps_and_zones_and_keeps_referenced_pages() 
     za.free_pages_bulk(&kept).unwrap();
     settled(&za);
 }
+
+/// A bad page late in a range gives back every page taken before it, whether or
+/// not a page before it kept a reference (and so was not taken), in both the
+/// range and the array calls.
+#[test]
+fn a_late_bad_page_restores_the_pages_taken_before_it() {
+    let za = za(1 << 12);
+    let pfn = za.alloc_pages(Gfp::KERNEL, Order(4)).unwrap();
+    za.split_page(pfn, Order(4)).unwrap();
+    // Page 12 is freed: the bad one.
+    za.free_pages(pfn.add(12), Order(0)).unwrap();
+    for referenced in [None, Some(5)] {
+        if let Some(i) = referenced {
+            za.get_page(pfn.add(i)).unwrap();
+        }
+        let d = za.state_digest();
+        assert_eq!(
+            za.free_contig_range(pfn, 16),
+            Err(FreeError::AlreadyFree(pfn.add(12)))
+        );
+        assert_eq!(za.state_digest(), d);
+        let pages: Vec<Pfn> = (0..16).map(|i| pfn.add(i)).collect();
+        assert_eq!(
+            za.free_pages_bulk(&pages),
+            Err(FreeError::AlreadyFree(pfn.add(12)))
+        );
+        assert_eq!(za.state_digest(), d);
+    }
+    // Every page but 12 is still allocated, page 5 with two references.
+    za.free_contig_range(pfn, 12).unwrap();
+    za.free_contig_range(pfn.add(13), 3).unwrap();
+    za.free_pages(pfn.add(5), Order(0)).unwrap();
+    settled(&za);
+}
