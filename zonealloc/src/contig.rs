@@ -169,7 +169,8 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `claim` records page `i` of `pages` as bit `base + i`. `owner` is the
     /// owner flag every page must carry: 0 for the raw API, `FLAG_VMALLOC` for a
     /// vmalloc area's pages, `FLAG_CMA` for `cma_release`'s. Returns whether every
-    /// page was taken (none keeps a reference).
+    /// page was taken (none keeps a reference); then `claim` has no bit of them
+    /// set, and a caller that undoes the call sets them first.
     fn claim_pages(
         &self,
         z: &Zone,
@@ -459,7 +460,11 @@ impl<B: Backend> ZoneAllocator<B> {
                     }
                 }
                 Err(e) => {
-                    for &(z, j, m, _) in first.iter().chain(&more) {
+                    for &(z, j, m, all) in first.iter().chain(&more) {
+                        // A run whose pages were all taken left its bits unset.
+                        if all {
+                            claim.set_range(j, j + m);
+                        }
                         self.unclaim(z, run(entry(j).0, j, m), &claim, j, owner);
                     }
                     return Err(e);

@@ -471,3 +471,35 @@ fn a_late_bad_page_restores_the_pages_taken_before_it() {
     za.free_pages(pfn.add(5), Order(0)).unwrap();
     settled(&za);
 }
+
+/// A bad page in a later run of an array gives back the pages of the runs before
+/// it, including runs whose every page was taken.
+#[test]
+fn a_bad_page_in_a_later_run_restores_the_whole_runs_before_it() {
+    let za = two_zones();
+    za.alloc_contig_range(Pfn(100), Pfn(108)).unwrap();
+    za.alloc_contig_range(Pfn(200), Pfn(204)).unwrap();
+    za.alloc_contig_range(Pfn(4096), Pfn(4100)).unwrap();
+    // Page 202 is freed: the bad one, in the second run.
+    za.free_pages(Pfn(202), Order(0)).unwrap();
+    let d = za.state_digest();
+    for pages in [
+        // Ascending: runs found by binary search.
+        vec![100, 101, 102, 103, 104, 105, 106, 107, 200, 201, 202, 203],
+        // A run in the other zone first, then the bad run.
+        vec![4096, 4097, 4098, 4099, 200, 201, 202, 203],
+        // Unsorted, with the first run whole.
+        vec![107, 106, 105, 104, 103, 102, 101, 100, 203, 202],
+    ] {
+        let pages: Vec<Pfn> = pages.into_iter().map(Pfn).collect();
+        assert_eq!(
+            za.free_pages_bulk(&pages),
+            Err(FreeError::AlreadyFree(Pfn(202)))
+        );
+        assert_eq!(za.state_digest(), d, "{pages:?}");
+    }
+    for p in (100..108).chain([200, 201, 203]).chain(4096..4100) {
+        za.free_pages(Pfn(p), Order(0)).unwrap();
+    }
+    settled(&za);
+}
