@@ -391,6 +391,11 @@ impl<B: Backend> ZoneAllocator<B> {
         } else {
             0
         };
+        // One page (a one-page vmalloc area): nothing to take back if a later page
+        // is bad, so no two phases; one compare-and-swap frees it.
+        if let [p] = *pages {
+            return self.free_single_page(p, owner);
+        }
         // Distinct pages, ascending, each with how often it is listed.
         let ascending = pages.windows(2).all(|w| w[0] < w[1]);
         let mut sorted: Vec<(Pfn, u32)> = Vec::new();
@@ -476,6 +481,38 @@ impl<B: Backend> ZoneAllocator<B> {
             let taken = (!all).then_some((&claim, j));
             self.commit_pages(z, run(entry(j).0, j, m), taken, Via::Here(cpu), owner);
         }
+        Ok(())
+    }
+
+    /// `free_pages_bulk_by` of a one-page array: the checks of `claim_pages`, then
+    /// one compare-and-swap that either drops a reference the page has to spare
+    /// (as `put_order0`) or takes the last one and frees the page, as the commit
+    /// phase would. Of two racing frees of the page, exactly one takes it; the
+    /// other sees a free page and is refused.
+    fn free_single_page(&self, p: Pfn, owner: u8) -> Result<(), FreeError> {
+        // The CPU first, as in the multi-page path: owner code runs before the
+        // page is taken.
+        let cpu = self.current_cpu();
+        let z = self.zone_of(p).ok_or(FreeError::OutOfRange(p))?;
+        let idx = z.idx(p);
+        let mut w = z.frames.word(idx);
+        loop {
+            if let Some(e) = self.claim_refusal(z, p, 1, w, owner) {
+                return Err(e);
+            }
+            let last = w.refcount() == 1;
+            let new = if last {
+                Word::frozen(Order(0))
+            } else {
+                w.with_refcount(w.refcount() - 1)
+            };
+            match z.frames.cas_word(idx, w, new) {
+                Ok(_) if last => break,
+                Ok(_) => return Ok(()),
+                Err(cur) => w = cur,
+            }
+        }
+        self.release_frozen(z, p, Order(0), Via::Here(cpu));
         Ok(())
     }
 

@@ -76,6 +76,7 @@
 //! page allocation or `mmap`.
 
 use alloc::boxed::Box;
+use alloc::collections::btree_map::Entry;
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
@@ -93,7 +94,7 @@ use crate::error::FreeError;
 use crate::fault::FaultSite;
 use crate::frame::FrameState;
 use crate::gfp::Gfp;
-use crate::sync::{AtomicU64, Lock, Ordering};
+use crate::sync::{AtomicU64, Lock, LockGuard, Ordering};
 use crate::types::{Order, Pfn};
 use crate::vmap_tree::FreeAreaTree;
 
@@ -499,8 +500,10 @@ pub struct VmallocSpace<'a, B: Backend> {
     percpu: Box<[Lock<Option<Arc<VmapBlock>>>]>,
     /// Pages in a `vm_map_ram` block (`VMAP_BBMAP_BITS`), a power of two.
     block_pages: u64,
-    /// Pages owned by `vmalloc` areas (`NR_VMALLOC`). Relaxed: a statistic, read
-    /// exactly only at quiescent points.
+    /// Pages owned by `vmalloc` areas (`NR_VMALLOC`). Written only under the `kva`
+    /// lock, with the area's entry in the busy map (`add_vmalloc_pages`), so a
+    /// load and a store do without a read-modify-write; read anywhere (Relaxed: a
+    /// statistic, exact at quiescent points and under the lock).
     nr_vmalloc_pages: AtomicU64,
     /// The reservation the areas are mapped into, on a memfd arena.
     #[cfg(feature = "std")]
@@ -811,12 +814,9 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// ```
     pub fn vfree(&self, addr: usize) -> Result<(), VmallocError> {
         let (vpn, busy) = self.take_busy(addr, AreaKind::Vmalloc, None)?;
-        let area = &busy.area;
         self.unmap_or_restore(vpn, &busy)?;
-        self.nr_vmalloc_pages
-            .fetch_sub(area.pages.len() as u64, Ordering::Relaxed);
-        let freed = self.free_page_array(&area.pages);
-        self.kva_release(vpn, busy.nr_vpn);
+        let freed = self.free_page_array(&busy.area.pages);
+        self.release_taken(vpn, &busy);
         freed.map_err(|error| VmallocError::PageFree { addr, error })
     }
 
@@ -879,7 +879,6 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
             self.kva_release(vpn, nr_vpn);
             return Err(e);
         }
-        self.nr_vmalloc_pages.fetch_add(nr_pages, Ordering::Relaxed);
         Ok(self.publish(vpn, nr_vpn, pages, AreaKind::Vmalloc, page_order))
     }
 
@@ -1071,7 +1070,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     pub fn vunmap(&self, addr: usize) -> Result<(), VmallocError> {
         let (vpn, busy) = self.take_busy(addr, AreaKind::Vmap, None)?;
         self.unmap_or_restore(vpn, &busy)?;
-        self.kva_release(vpn, busy.nr_vpn);
+        self.release_taken(vpn, &busy);
         Ok(())
     }
 
@@ -1168,7 +1167,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
         if count > VMAP_MAX_ALLOC {
             let (vpn, busy) = self.take_busy(addr, AreaKind::VmMapRam, Some(count))?;
             self.unmap_or_restore(vpn, &busy)?;
-            self.kva_release(vpn, busy.nr_vpn);
+            self.release_taken(vpn, &busy);
             return Ok(());
         }
         let vpn = self
@@ -1607,7 +1606,11 @@ impl<B: Backend> VmallocSpace<'_, B> {
             page_order,
             mapped: self.is_mapped() && kind != AreaKind::VmapBlock,
         };
-        let old = self.kva.lock().busy.insert(
+        let mut kva = self.kva.lock();
+        if kind == AreaKind::Vmalloc {
+            self.add_vmalloc_pages(&kva, area.pages.len() as i64);
+        }
+        let old = kva.busy.insert(
             vpn,
             Busy {
                 nr_vpn,
@@ -1618,8 +1621,20 @@ impl<B: Backend> VmallocSpace<'_, B> {
         area
     }
 
+    /// Adds `n` to `nr_vmalloc_pages`, whose writers all hold the `kva` lock
+    /// (`_kva`, the proof): a load and a store, no read-modify-write.
+    #[inline]
+    fn add_vmalloc_pages(&self, _kva: &LockGuard<'_, Kva>, n: i64) {
+        let c = self.nr_vmalloc_pages.load(Ordering::Relaxed);
+        self.nr_vmalloc_pages
+            .store(c.wrapping_add_signed(n), Ordering::Relaxed);
+    }
+
     /// Takes the busy area of `kind` starting at `addr` out of the busy map (with
-    /// `count` pages, if given), or explains why not, changing nothing.
+    /// `count` pages, if given), or explains why not, changing nothing. An area
+    /// with no mapping gives its address range back in the same lock hold (there
+    /// is nothing to unmap first); a mapped one keeps it until `release_taken`,
+    /// after the unmapping.
     fn take_busy(
         &self,
         addr: usize,
@@ -1629,11 +1644,12 @@ impl<B: Backend> VmallocSpace<'_, B> {
         let vpn = self
             .addr_to_vpn(addr)
             .ok_or(VmallocError::UnknownAddress(addr))?;
-        let mut kva = self.kva.lock();
-        let b = kva
-            .busy
-            .get(&vpn)
-            .ok_or(VmallocError::UnknownAddress(addr))?;
+        let mut guard = self.kva.lock();
+        let kva = &mut *guard;
+        let Entry::Occupied(e) = kva.busy.entry(vpn) else {
+            return Err(VmallocError::UnknownAddress(addr));
+        };
+        let b = e.get();
         if b.area.kind != kind {
             return Err(VmallocError::WrongKind {
                 addr,
@@ -1649,18 +1665,35 @@ impl<B: Backend> VmallocSpace<'_, B> {
                 });
             }
         }
-        let b = kva
-            .busy
-            .remove(&vpn)
-            .ok_or(VmallocError::UnknownAddress(addr))?;
+        let b = e.remove();
+        if !b.area.mapped {
+            let r = kva.free.free(vpn, b.nr_vpn);
+            debug_assert!(r.is_ok(), "{r:?}");
+        }
+        if kind == AreaKind::Vmalloc {
+            self.add_vmalloc_pages(&guard, -(b.area.pages.len() as i64));
+        }
         Ok((vpn, b))
+    }
+
+    /// The address range of an area `take_busy` took, back to the free tree once
+    /// it is unmapped (an area with no mapping gave it back already).
+    fn release_taken(&self, vpn: u64, busy: &Busy) {
+        if busy.area.mapped {
+            self.kva_release(vpn, busy.nr_vpn);
+        }
     }
 
     /// Unmaps a busy area just taken out of the busy map; if the OS refuses, puts
     /// it back and reports.
     fn unmap_or_restore(&self, vpn: u64, busy: &Busy) -> Result<(), VmallocError> {
         if let Err(e) = self.unmap_pages(vpn, busy.area.pages.len() as u64) {
-            self.kva.lock().busy.insert(
+            // Only a mapped area can get here: it still holds its address range.
+            let mut kva = self.kva.lock();
+            if busy.area.kind == AreaKind::Vmalloc {
+                self.add_vmalloc_pages(&kva, busy.area.pages.len() as i64);
+            }
+            kva.busy.insert(
                 vpn,
                 Busy {
                     nr_vpn: busy.nr_vpn,

@@ -503,3 +503,49 @@ fn a_bad_page_in_a_later_run_restores_the_whole_runs_before_it() {
     }
     settled(&za);
 }
+
+/// A one-page array takes its own path through `free_pages_bulk` (one
+/// compare-and-swap, no claim phase); its answers are the multi-page path's: the
+/// same errors as a one-page `free_contig_range` with nothing changed, a
+/// reference dropped from a page that has another, the page freed at the last.
+#[test]
+fn a_one_page_bulk_free_answers_as_the_multi_page_paths_do() {
+    let za = two_zones();
+    let big = za
+        .alloc_pages_node(0, Gfp::KERNEL | Gfp::DMA32, Order(3))
+        .unwrap();
+    let head = za.alloc_pages(Gfp::KERNEL, Order(2)).unwrap();
+    za.split_page(head, Order(2)).unwrap();
+    za.free_pages(head.add(3), Order(0)).unwrap();
+    let free_p = (0..4096)
+        .map(Pfn)
+        .find(|&p| matches!(za.frame_state(p), Some(FrameState::Free { .. })))
+        .unwrap();
+    let digest = za.state_digest();
+    for p in [big, big.add(1), head.add(3), free_p, Pfn(1 << 20)] {
+        let e = za.free_contig_range(p, 1).unwrap_err();
+        assert_eq!(za.free_pages_bulk(&[p]), Err(e), "page {p:?}");
+        assert_eq!(
+            za.state_digest(),
+            digest,
+            "a refused free of {p:?} changed the state"
+        );
+    }
+    // Two references: the first call drops one, the second frees the page, a
+    // third is refused.
+    za.get_page(head.add(1)).unwrap();
+    za.free_pages_bulk(&[head.add(1)]).unwrap();
+    assert_eq!(za.page_count(head.add(1)), Ok(1));
+    let free_before = za.nr_free_pages() + za.nr_pcp_pages();
+    za.free_pages_bulk(&[head.add(1)]).unwrap();
+    assert_eq!(za.nr_free_pages() + za.nr_pcp_pages(), free_before + 1);
+    let digest = za.state_digest();
+    assert_eq!(
+        za.free_pages_bulk(&[head.add(1)]),
+        Err(FreeError::AlreadyFree(head.add(1)))
+    );
+    assert_eq!(za.state_digest(), digest);
+    za.free_pages_bulk(&[head.add(2), head]).unwrap();
+    za.free_pages(big, Order(3)).unwrap();
+    settled(&za);
+}
