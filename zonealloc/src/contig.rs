@@ -440,17 +440,11 @@ impl<B: Backend> ZoneAllocator<B> {
                     // pfns stay one apart, and ends at the zone's end.
                     let in_zone = z.start_pfn + z.spanned - start.0;
                     let k = if ascending {
-                        run_len(&pages[i..]).min(usize::try_from(in_zone).unwrap_or(usize::MAX))
+                        run_len(&pages[i..], |&p| p)
                     } else {
-                        let mut k = 1;
-                        while i + k < n
-                            && entry(i + k).0 .0 == start.0 + k as u64
-                            && z.contains(entry(i + k).0)
-                        {
-                            k += 1;
-                        }
-                        k
+                        run_len(&list[i..], |e| e.0)
                     };
+                    let k = k.min(usize::try_from(in_zone).unwrap_or(usize::MAX));
                     self.claim_pages(z, run(start, i, k), &mut claim, i, owner)
                         .map(|all| (z, i, k, all))
                 }
@@ -862,19 +856,19 @@ impl Claim {
     }
 }
 
-/// How many entries of `pages` (distinct, ascending) from the first on are
-/// consecutive frames: a binary search, since for ascending distinct pfns
-/// `pages[m] - pages[0] == m` holds for every `m` below the run's length and for
-/// none past it.
-fn run_len(pages: &[Pfn]) -> usize {
-    let Some(first) = pages.first() else {
+/// How many entries of `entries` (whose frames, `pfn` of each, are distinct and
+/// ascending) from the first on are consecutive frames: a binary search, since
+/// for ascending distinct pfns `pfn(m) - pfn(0) == m` holds for every `m` below
+/// the run's length and for none past it.
+fn run_len<T>(entries: &[T], pfn: impl Fn(&T) -> Pfn) -> usize {
+    let Some(first) = entries.first().map(&pfn) else {
         return 0;
     };
-    let (mut lo, mut hi) = (1, pages.len());
+    let (mut lo, mut hi) = (1, entries.len());
     // Invariant: the run has at least `lo` entries and at most `hi`.
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
-        if pages[mid - 1].0 - first.0 == (mid - 1) as u64 {
+        if pfn(&entries[mid - 1]).0 - first.0 == (mid - 1) as u64 {
             lo = mid;
         } else {
             hi = mid - 1;
@@ -921,11 +915,15 @@ mod tests {
     #[test]
     fn run_len_finds_where_the_frames_stop_being_consecutive() {
         let pfns = |v: &[u64]| v.iter().map(|&p| Pfn(p)).collect::<Vec<_>>();
+        let run_len = |v: &[Pfn]| run_len(v, |&p| p);
         assert_eq!(run_len(&[]), 0);
         assert_eq!(run_len(&pfns(&[7])), 1);
         assert_eq!(run_len(&pfns(&[7, 9])), 1);
         assert_eq!(run_len(&pfns(&[7, 8, 9, 10])), 4);
         assert_eq!(run_len(&pfns(&[7, 8, 9, 11, 12])), 3);
+        // Entries with a count, as an unsorted array's de-duplicated list.
+        let counted: Vec<(Pfn, u32)> = [5, 6, 7, 9].iter().map(|&p| (Pfn(p), 2)).collect();
+        assert_eq!(super::run_len(&counted, |e| e.0), 3);
         // Every cut point of a 40-page run followed by a gap, against a linear scan.
         for cut in 1..40u64 {
             let v: Vec<Pfn> = (0..40)
