@@ -148,6 +148,20 @@ impl<B: Backend> ZoneAllocator<B> {
             Some(cpu) => Via::Cpu(cpu % self.config.nr_cpus.max(1)),
             None => Via::Here(self.current_cpu()),
         };
+        self.free_range_in(z, pfn, nr, owner, via)
+    }
+
+    /// Both phases over `[pfn, pfn + nr)`, which lies in zone `z`: one reference
+    /// dropped on each page, the pages that reach zero freed as aligned blocks
+    /// through `via`; on a bad page nothing is changed and its error returned.
+    fn free_range_in(
+        &self,
+        z: &Zone,
+        pfn: Pfn,
+        nr: u64,
+        owner: u8,
+        via: Via,
+    ) -> Result<(), FreeError> {
         let mut claim = Claim::default();
         let pages = (0..nr).map(|i| (pfn.add(i), 1));
         let all = self.claim_pages(z, pages.clone(), &mut claim, 0, owner)?;
@@ -398,6 +412,19 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         // Distinct pages, ascending, each with how often it is listed.
         let ascending = pages.windows(2).all(|w| w[0] < w[1]);
+        // One run of consecutive frames in one zone (a vmalloc area's array, as a
+        // rule): freed as `free_contig_range` frees its range, which is what the
+        // general path below would do with it, less its bookkeeping per run.
+        if let (true, Some(&first), Some(&last)) = (ascending, pages.first(), pages.last()) {
+            let n = pages.len() as u64;
+            if last.0 - first.0 == n - 1 {
+                if let Ok(z) = self.zone_of_range(first, n) {
+                    // The CPU first, as below.
+                    let via = Via::Here(self.current_cpu());
+                    return self.free_range_in(z, first, n, owner, via);
+                }
+            }
+        }
         let mut sorted: Vec<(Pfn, u32)> = Vec::new();
         if !ascending {
             let mut v = pages.to_vec();
