@@ -210,15 +210,25 @@ const FLOOR: &str = "512 compare-and-swaps (bound)";
 
 /// `n` iterations of 512 compare-and-swaps, one on each of `words`' even entries
 /// (16 B apart, as frames' state words are): µs per iteration. Each succeeds, as
-/// a free's does, with a free's orderings.
+/// a free's does, with a free's orderings: the entries move in step, one up per
+/// iteration, from where the last call left them.
 fn cas_floor(words: &[AtomicU64], n: u64) -> f64 {
+    let base = words.first().map_or(0, |w| w.load(Ordering::Relaxed));
     let t = Instant::now();
-    for r in 0..n {
+    for r in base..base + n {
         for w in words.iter().step_by(2) {
             let _ = black_box(w).compare_exchange(r, r + 1, Ordering::AcqRel, Ordering::Acquire);
         }
     }
-    secs_since(t) * 1e6 / n as f64
+    let us = secs_since(t) * 1e6 / n as f64;
+    debug_assert!(
+        words
+            .iter()
+            .step_by(2)
+            .all(|w| w.load(Ordering::Relaxed) == base + n),
+        "a compare-and-swap of the bound failed"
+    );
+    us
 }
 
 /// `n` iterations of seed 000's loop, freeing as `how` says; µs per iteration.
