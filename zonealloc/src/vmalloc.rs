@@ -21,6 +21,14 @@
 //! `VM_NO_GUARD` (`VmallocConfig::guard_pages`). Freed KVA is reusable at once:
 //! there are no TLBs to flush lazily, so there is no lazy purge.
 //!
+//! Linux takes the range before the pages. So does a mapped space here (the pages
+//! are mapped into the range before the area is published), and so does any
+//! space whose free tree had no room for the request when the KVA lock was last
+//! released: a call that fails for lack of address space then touches no page.
+//! Otherwise, with nothing to map, `vmalloc` takes the pages first and then the
+//! range and the busy entry in one hold of the lock, where the range-first order
+//! needs two.
+//!
 //! # The page array (`vm_area_alloc_pages`, Linux 6.19+)
 //!
 //! ```text
@@ -440,6 +448,35 @@ struct Kva {
     busy: BTreeMap<u64, Busy>,
 }
 
+/// The `kva` lock held. Its release first stores the free tree's largest area in
+/// `VmallocSpace::largest_free`, so the value is exact whenever no one holds
+/// the lock.
+struct KvaGuard<'s> {
+    kva: LockGuard<'s, Kva>,
+    largest_free: &'s AtomicU64,
+}
+
+impl core::ops::Deref for KvaGuard<'_> {
+    type Target = Kva;
+    fn deref(&self) -> &Kva {
+        &self.kva
+    }
+}
+
+impl core::ops::DerefMut for KvaGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Kva {
+        &mut self.kva
+    }
+}
+
+impl Drop for KvaGuard<'_> {
+    fn drop(&mut self) {
+        // Under the lock still: the guard inside is dropped after this.
+        self.largest_free
+            .store(self.kva.free.largest(), Ordering::Relaxed);
+    }
+}
+
 /// One live small `vm_map_ram` mapping inside a block.
 struct RamAlloc {
     /// Pages mapped.
@@ -494,6 +531,11 @@ pub struct VmallocSpace<'a, B: Backend> {
     /// Virtual pages in the range.
     nr_vpn: u64,
     kva: Lock<Kva>,
+    /// The free tree's largest area in pages, stored at the end of every hold of
+    /// the `kva` lock (`KvaGuard`): `vmalloc_pages` reads it without the lock to
+    /// choose its order of work. A hint: a stale value changes which path runs,
+    /// never what is correct.
+    largest_free: AtomicU64,
     /// Live `vm_map_ram` blocks by first virtual page number.
     blocks: Lock<BTreeMap<u64, Arc<VmapBlock>>>,
     /// Each CPU's current `vm_map_ram` block.
@@ -575,6 +617,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
                 free: FreeAreaTree::with_range(start_vpn, nr_vpn),
                 busy: BTreeMap::new(),
             }),
+            largest_free: AtomicU64::new(nr_vpn),
             blocks: Lock::new(BTreeMap::new()),
             percpu: (0..nr_cpus).map(|_| Lock::new(None)).collect(),
             block_pages,
@@ -864,6 +907,23 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
         page_order: Order,
     ) -> Result<VmArea, VmallocError> {
         let nr_vpn = nr_pages + u64::from(self.cfg.guard_pages);
+        // Nothing to map, and room for the area by the last hold's count: the
+        // pages first, then the address range and the busy entry in one hold of
+        // the KVA lock. Were the room taken meanwhile, the pages go back and the
+        // call fails as it would have.
+        let room = nr_vpn.saturating_add(align_pages - 1);
+        if !self.is_mapped() && self.largest_free.load(Ordering::Relaxed) >= room {
+            let pages: Arc<[Pfn]> = self.alloc_page_array(gfp, nr_pages, page_order)?.into();
+            let mut kva = self.kva();
+            if let Some(vpn) = kva.free.alloc(nr_vpn, align_pages) {
+                let kind = AreaKind::Vmalloc;
+                return Ok(self.insert_busy(&mut kva, vpn, nr_vpn, pages, kind, page_order));
+            }
+            drop(kva);
+            // As below: every page that is still ours goes back.
+            let _ = self.free_page_array(&pages);
+            return Err(VmallocError::NoVirtualSpace { nr_pages: nr_vpn });
+        }
         let vpn = self.kva_alloc(nr_vpn, align_pages)?;
         let pages = match self.alloc_page_array(gfp, nr_pages, page_order) {
             Ok(p) => p,
@@ -933,8 +993,9 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
                 }
             }
         }
-        // 2. Order-0 bulk, at most VMALLOC_BULK_MAX pages a request.
-        if page_order.0 == 0 {
+        // 2. Order-0 bulk, at most VMALLOC_BULK_MAX pages a request. The slots
+        // (1.6 KiB) are cleared only when step 1 left something to do.
+        if page_order.0 == 0 && (pages.len() as u64) < nr {
             let mut slots = [None; VMALLOC_BULK_MAX];
             loop {
                 let remaining = nr - pages.len() as u64;
@@ -1208,7 +1269,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     fn not_a_block_mapping(&self, addr: usize) -> VmallocError {
         let kind = self
             .addr_to_vpn(addr)
-            .and_then(|vpn| self.kva.lock().busy.get(&vpn).map(|b| b.area.kind));
+            .and_then(|vpn| self.kva().busy.get(&vpn).map(|b| b.area.kind));
         match kind {
             Some(kind) => VmallocError::WrongKind { addr, kind },
             None => VmallocError::UnknownAddress(addr),
@@ -1302,7 +1363,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     /// Returns a retired, empty block's KVA to the free tree.
     fn free_vmap_block(&self, block: &VmapBlock) {
         self.blocks.lock().remove(&block.vpn);
-        let mut kva = self.kva.lock();
+        let mut kva = self.kva();
         let removed = kva.busy.remove(&block.vpn);
         debug_assert!(removed.is_some());
         let r = kva.free.free(block.vpn, self.block_pages);
@@ -1329,7 +1390,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     /// ```
     pub fn area(&self, addr: usize) -> Option<VmArea> {
         let vpn = self.addr_to_vpn(addr)?;
-        self.kva.lock().busy.get(&vpn).map(|b| b.area.clone())
+        self.kva().busy.get(&vpn).map(|b| b.area.clone())
     }
 
     /// `vmalloc_to_pfn()`: the frame behind any address of a `vmalloc`, `vmap` or
@@ -1348,7 +1409,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     /// ```
     pub fn vmalloc_to_pfn(&self, addr: usize) -> Option<Pfn> {
         let vpn = (addr >> self.page_shift) as u64;
-        let kva = self.kva.lock();
+        let kva = self.kva();
         let (&start, b) = kva.busy.range(..=vpn).next_back()?;
         b.area
             .pages
@@ -1373,7 +1434,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
 
     /// Free address space: `(total bytes, largest free range in bytes)`.
     pub fn free_space(&self) -> (u64, u64) {
-        let kva = self.kva.lock();
+        let kva = self.kva();
         (
             kva.free.free_units() << self.page_shift,
             kva.free.largest() << self.page_shift,
@@ -1384,7 +1445,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     /// pages=N vmalloc`, without the caller and NUMA columns), one line each; the
     /// size includes the guard page, as Linux's does.
     pub fn vmallocinfo(&self) -> String {
-        let kva = self.kva.lock();
+        let kva = self.kva();
         let mut out = String::new();
         for (&vpn, b) in &kva.busy {
             let start = self.vpn_to_addr(vpn);
@@ -1423,7 +1484,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
         // Lock order: per-CPU slots, block registry, KVA.
         let slots: Vec<_> = self.percpu.iter().map(|s| s.lock()).collect();
         let blocks = self.blocks.lock();
-        let kva = self.kva.lock();
+        let kva = self.kva();
         r.checks += kva
             .free
             .check_invariants()
@@ -1569,6 +1630,15 @@ impl<B: Backend> VmallocSpace<'_, B> {
         (addr & page_mask == 0 && vpn.wrapping_sub(self.start_vpn) < self.nr_vpn).then_some(vpn)
     }
 
+    /// Takes the KVA lock.
+    #[inline]
+    fn kva(&self) -> KvaGuard<'_> {
+        KvaGuard {
+            kva: self.kva.lock(),
+            largest_free: &self.largest_free,
+        }
+    }
+
     /// `alloc_vmap_area()`: `nr` pages of KVA aligned to `align` pages.
     fn kva_alloc(&self, nr: u64, align: u64) -> Result<u64, VmallocError> {
         self.kva
@@ -1580,7 +1650,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
 
     /// Returns KVA to the free tree, merging with its neighbours.
     fn kva_release(&self, vpn: u64, nr: u64) {
-        let r = self.kva.lock().free.free(vpn, nr);
+        let r = self.kva().free.free(vpn, nr);
         debug_assert!(r.is_ok(), "{r:?}");
     }
 
@@ -1593,6 +1663,20 @@ impl<B: Backend> VmallocSpace<'_, B> {
         kind: AreaKind,
         page_order: Order,
     ) -> VmArea {
+        let pages = pages.into();
+        self.insert_busy(&mut self.kva(), vpn, nr_vpn, pages, kind, page_order)
+    }
+
+    /// `publish` with the KVA lock held already.
+    fn insert_busy(
+        &self,
+        kva: &mut KvaGuard<'_>,
+        vpn: u64,
+        nr_vpn: u64,
+        pages: Arc<[Pfn]>,
+        kind: AreaKind,
+        page_order: Order,
+    ) -> VmArea {
         let nr_bytes = if kind == AreaKind::VmapBlock {
             nr_vpn as usize
         } else {
@@ -1601,14 +1685,13 @@ impl<B: Backend> VmallocSpace<'_, B> {
         let area = VmArea {
             addr: self.vpn_to_addr(vpn),
             size_bytes: nr_bytes << self.page_shift,
-            pages: pages.into(),
+            pages,
             kind,
             page_order,
             mapped: self.is_mapped() && kind != AreaKind::VmapBlock,
         };
-        let mut kva = self.kva.lock();
         if kind == AreaKind::Vmalloc {
-            self.add_vmalloc_pages(&kva, area.pages.len() as i64);
+            self.add_vmalloc_pages(kva, area.pages.len() as i64);
         }
         let old = kva.busy.insert(
             vpn,
@@ -1624,7 +1707,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     /// Adds `n` to `nr_vmalloc_pages`, whose writers all hold the `kva` lock
     /// (`_kva`, the proof): a load and a store, no read-modify-write.
     #[inline]
-    fn add_vmalloc_pages(&self, _kva: &LockGuard<'_, Kva>, n: i64) {
+    fn add_vmalloc_pages(&self, _kva: &KvaGuard<'_>, n: i64) {
         let c = self.nr_vmalloc_pages.load(Ordering::Relaxed);
         self.nr_vmalloc_pages
             .store(c.wrapping_add_signed(n), Ordering::Relaxed);
@@ -1644,7 +1727,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
         let vpn = self
             .addr_to_vpn(addr)
             .ok_or(VmallocError::UnknownAddress(addr))?;
-        let mut guard = self.kva.lock();
+        let mut guard = self.kva();
         let kva = &mut *guard;
         let Entry::Occupied(e) = kva.busy.entry(vpn) else {
             return Err(VmallocError::UnknownAddress(addr));
@@ -1689,7 +1772,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     fn unmap_or_restore(&self, vpn: u64, busy: &Busy) -> Result<(), VmallocError> {
         if let Err(e) = self.unmap_pages(vpn, busy.area.pages.len() as u64) {
             // Only a mapped area can get here: it still holds its address range.
-            let mut kva = self.kva.lock();
+            let mut kva = self.kva();
             if busy.area.kind == AreaKind::Vmalloc {
                 self.add_vmalloc_pages(&kva, busy.area.pages.len() as i64);
             }
@@ -1763,7 +1846,7 @@ impl<B: Backend> Drop for VmallocSpace<'_, B> {
     /// nothing can reach them once it is gone). `vmap` and `vm_map_ram` frames
     /// stay with their owners. The reservation, if any, is unmapped afterwards.
     fn drop(&mut self) {
-        let busy = core::mem::take(&mut self.kva.lock().busy);
+        let busy = core::mem::take(&mut self.kva().busy);
         for b in busy.into_values() {
             if b.area.kind == AreaKind::Vmalloc {
                 // A page that is not the area's any more (`vfree` would report

@@ -1055,6 +1055,61 @@ fn threads_vmalloc_and_vfree_concurrently_mapped() {
     settled(&za);
 }
 
+/// Threads race for a space with room for two 8-page areas. A `vmalloc` that
+/// saw room and lost it to another thread after taking its pages (the
+/// pages-first path of an unmapped space) gives the pages back and reports
+/// `NoVirtualSpace`, as one that saw no room does; every frame is back at the end.
+#[test]
+fn threads_racing_for_a_full_space_give_everything_back() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 3_000;
+    let za = ZoneAllocator::new(config(4)).unwrap();
+    for mode in [VfreeMode::Bulk, VfreeMode::PerPage] {
+        let cfg = VmallocConfig {
+            start: 1 << 30,
+            // Two 8-page areas and their guards, and 6 pages no area fits in.
+            size_bytes: Some(24 * PAGE),
+            vfree_mode: mode,
+            ..VmallocConfig::default()
+        };
+        let vm = VmallocSpace::new(&za, cfg).unwrap();
+        let (got, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    for _ in 0..ROUNDS {
+                        match vm.vmalloc(8 * PAGE) {
+                            Ok(a) => {
+                                got.fetch_add(1, Ordering::Relaxed);
+                                assert_eq!(a.nr_pages(), 8);
+                                std::thread::yield_now();
+                                vm.vfree(a.addr()).unwrap();
+                            }
+                            Err(e) => {
+                                assert_eq!(e, VmallocError::NoVirtualSpace { nr_pages: 9 });
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let (got, refused) = (got.into_inner(), refused.into_inner());
+        assert_eq!(got + refused, (THREADS * ROUNDS) as u64);
+        assert!(got > 0, "{mode:?}: no vmalloc succeeded");
+        let r = checked(&vm);
+        assert_eq!((r.busy_areas, r.vmalloc_pages), (0, 0));
+        let whole = 24 * PAGE as u64;
+        assert_eq!(
+            vm.free_space(),
+            (whole, whole),
+            "{mode:?}: address space lost"
+        );
+        drop(vm);
+        settled(&za);
+    }
+}
+
 // =============================================================================
 // Fault injection and debug modes
 // =============================================================================
