@@ -1419,12 +1419,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
 
     /// Every busy area, lowest address first (`/proc/vmallocinfo`'s list).
     pub fn areas(&self) -> Vec<VmArea> {
-        self.kva
-            .lock()
-            .busy
-            .values()
-            .map(|b| b.area.clone())
-            .collect()
+        self.kva().busy.values().map(|b| b.area.clone()).collect()
     }
 
     /// Pages owned by `vmalloc` areas (`NR_VMALLOC`).
@@ -1641,8 +1636,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
 
     /// `alloc_vmap_area()`: `nr` pages of KVA aligned to `align` pages.
     fn kva_alloc(&self, nr: u64, align: u64) -> Result<u64, VmallocError> {
-        self.kva
-            .lock()
+        self.kva()
             .free
             .alloc(nr, align)
             .ok_or(VmallocError::NoVirtualSpace { nr_pages: nr })

@@ -1055,6 +1055,38 @@ fn threads_vmalloc_and_vfree_concurrently_mapped() {
     settled(&za);
 }
 
+/// A `vmalloc` refused for lack of address space takes no page, whichever call
+/// took the room before it: the room it checks first is the tree's as the last
+/// hold of the KVA lock left it, a `vmap`'s range-first hold included.
+#[test]
+fn a_full_space_refuses_without_touching_a_page() {
+    let za = abstract_za();
+    let cfg = VmallocConfig {
+        start: 1 << 30,
+        size_bytes: Some(16 * PAGE),
+        ..VmallocConfig::default()
+    };
+    let vm = VmallocSpace::new(&za, cfg).unwrap();
+    let pgalloc = || za.zone_events().iter().map(|e| e.pgalloc).sum::<u64>();
+    let a = vm.vmalloc(7 * PAGE).unwrap();
+    let (mine, spare) = scattered_pages(&za, 7);
+    let m = vm.vmap(&mine).unwrap();
+    assert_eq!(m.addr(), (1 << 30) + 8 * PAGE);
+    let before = (pgalloc(), snapshot(&vm));
+    assert_eq!(
+        vm.vmalloc(PAGE).unwrap_err(),
+        VmallocError::NoVirtualSpace { nr_pages: 2 }
+    );
+    assert_eq!((pgalloc(), snapshot(&vm)), before);
+    vm.vunmap(m.addr()).unwrap();
+    vm.vfree(a.addr()).unwrap();
+    drop(vm);
+    for p in mine.into_iter().chain(spare) {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    settled(&za);
+}
+
 /// Threads race for a space with room for two 8-page areas. A `vmalloc` that
 /// saw room and lost it to another thread after taking its pages (the
 /// pages-first path of an unmapped space) gives the pages back and reports
