@@ -17,7 +17,7 @@
 
 use serde::Serialize;
 
-use crate::harness::{Ctx, Table};
+use crate::harness::{mann_whitney_p, Ctx, Samples, Table, ALPHA};
 
 pub mod cma;
 pub mod contig;
@@ -164,6 +164,19 @@ impl Target {
             pass: measured >= threshold,
         }
     }
+
+    /// Also requires the difference between `before` and `after` to be
+    /// significant (two-sided Mann–Whitney, p below the harness's α), as a seed's
+    /// reported improvement is: a median past the bound by chance is no pass.
+    /// `what` gains the p-value.
+    pub fn and_significant(mut self, before: &Samples, after: &Samples) -> Target {
+        let p = mann_whitney_p(&after.values, &before.values);
+        let p_text = seed_util::p_text(p);
+        self.what
+            .push_str(&format!("; significant at p < {ALPHA} ({p_text})"));
+        self.pass &= p < ALPHA;
+        self
+    }
 }
 
 /// A metric against the number of threads, one series per variant.
@@ -208,5 +221,34 @@ impl Point {
             min: samples.min(),
             max: samples.max(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(values: &[f64]) -> Samples {
+        Samples {
+            variant: "v".to_owned(),
+            values: values.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_target_that_needs_significance_misses_on_a_lucky_median() {
+        let before = samples(&[10.0, 12.0, 9.0, 11.0, 13.0, 10.5, 11.5]);
+        // The medians differ by 10 %, the rounds overlap: no pass.
+        let mixed = samples(&[11.0, 13.0, 9.5, 12.1, 14.0, 10.0, 12.5]);
+        let t = Target::at_least("x", 10.0, 7.0, "%").and_significant(&before, &mixed);
+        assert!(!t.pass, "{t:?}");
+        assert!(t.what.contains("p="), "{}", t.what);
+        // Every round of `after` above every round of `before`: a pass.
+        let apart = samples(&[20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0]);
+        let t = Target::at_least("x", 10.0, 7.0, "%").and_significant(&before, &apart);
+        assert!(t.pass, "{t:?}");
+        // Significant but short of the bound: still a miss.
+        let t = Target::at_least("x", 5.0, 7.0, "%").and_significant(&before, &apart);
+        assert!(!t.pass, "{t:?}");
     }
 }

@@ -97,7 +97,7 @@ impl Experiment for PageFault1 {
         ));
         let (full_threads, full_load) =
             prefetch_tables(&mut res, &m, sizes.region_bytes, cpus.len());
-        verdict(&mut res, full_threads, full_load);
+        verdict(&mut res, &m, full_threads, full_load);
         res.scaling = Some(scaling(&m));
         res
     }
@@ -389,8 +389,9 @@ fn prefetch_tables(
 }
 
 /// What the comparison cannot show, and the target at full load (`threads`, one
-/// per CPU; `full_load`: the change of the median there, percent).
-fn verdict(res: &mut ExperimentResult, threads: usize, full_load: f64) {
+/// per CPU; `full_load`: the change of the median there, percent), which must
+/// also be significant.
+fn verdict(res: &mut ExperimentResult, m: &Measured, threads: usize, full_load: f64) {
     res.notes.push(
         "the library's \"off\" picks and merges under one zone-lock hold; seed 001's \
          baseline already picked outside the lock, so \"on\" here bundles both of seed \
@@ -403,16 +404,24 @@ fn verdict(res: &mut ExperimentResult, threads: usize, full_load: f64) {
          the prefetch can only save misses for merges at order 2 and above"
             .to_owned(),
     );
-    res.targets.push(Target::at_least(
-        &format!(
-            "Linux 4.15 PCP, full load ({threads} thread{}, one per CPU): prefetch on vs \
+    let case = |prefetch| Case {
+        setup: Setup::Linux415,
+        threads,
+        prefetch,
+    };
+    res.targets.push(
+        Target::at_least(
+            &format!(
+                "Linux 4.15 PCP, full load ({threads} thread{}, one per CPU): prefetch on vs \
              off, change of median M/s (seed: +1.1 % to +8.9 %)",
-            plural(threads)
-        ),
-        full_load,
-        SEED_LO_PCT,
-        "%",
-    ));
+                plural(threads)
+            ),
+            full_load,
+            SEED_LO_PCT,
+            "%",
+        )
+        .and_significant(m.of(case(false)), m.of(case(true))),
+    );
 }
 
 /// Pages faulted in per second against threads, a series per setup and prefetch

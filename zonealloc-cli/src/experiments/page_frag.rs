@@ -183,13 +183,16 @@ impl Experiment for PageFrag {
                      64-byte packet test); ours, {what}: {pct:+.1} %, i.e. {}",
                     speedup_text(&s[0], &s[1], false)
                 ));
-                res.targets.push(Target::at_least(
-                    "order-0 blocks, 75 B: PcpOrder0 over Zone, change of median \
+                res.targets.push(
+                    Target::at_least(
+                        "order-0 blocks, 75 B: PcpOrder0 over Zone, change of median \
                      fragments/s (seed: +7 %)",
-                    pct,
-                    SEED_PCT,
-                    "%",
-                ));
+                        pct,
+                        SEED_PCT,
+                        "%",
+                    )
+                    .and_significant(&s[0], &s[1]),
+                );
             } else {
                 res.notes.push(format!(
                     "ours, {what}: {pct:+.1} %, i.e. {}",

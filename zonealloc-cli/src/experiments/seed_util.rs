@@ -84,15 +84,20 @@ pub fn speedup_text(before: &Samples, after: &Samples, lower_is_better: bool) ->
     )
 }
 
+/// "p<0.001" or "p=0.421".
+pub fn p_text(p: f64) -> String {
+    if p < 0.001 {
+        "p<0.001".to_owned()
+    } else {
+        format!("p={p:.3}")
+    }
+}
+
 /// "significant, p=0.008" or "not significant, p=0.421" (two-sided Mann–Whitney at
 /// the harness's α).
 pub fn significance_text(before: &Samples, after: &Samples) -> String {
     let p = mann_whitney_p(&after.values, &before.values);
-    let p_text = if p < 0.001 {
-        "p<0.001".to_owned()
-    } else {
-        format!("p={p:.3}")
-    };
+    let p_text = p_text(p);
     if p < ALPHA {
         format!("significant, {p_text}")
     } else {
