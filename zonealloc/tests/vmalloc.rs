@@ -742,15 +742,19 @@ fn frames_cannot_be_freed_behind_vfrees_back() {
     }
 }
 
+/// A space of `pages` pages at 1 GiB.
+fn small_space(pages: usize) -> VmallocConfig {
+    VmallocConfig {
+        start: 1 << 30,
+        size_bytes: Some(pages * PAGE),
+        ..VmallocConfig::default()
+    }
+}
+
 #[test]
 fn out_of_memory_and_out_of_address_space_give_everything_back() {
     let za = abstract_za();
-    let small = VmallocConfig {
-        start: 1 << 30,
-        size_bytes: Some(16 * PAGE),
-        ..VmallocConfig::default()
-    };
-    let vm = VmallocSpace::new(&za, small).unwrap();
+    let vm = VmallocSpace::new(&za, small_space(16)).unwrap();
     let before = snapshot(&vm);
     // 16 pages plus a guard do not fit in 16.
     assert_eq!(
@@ -1061,12 +1065,7 @@ fn threads_vmalloc_and_vfree_concurrently_mapped() {
 #[test]
 fn a_full_space_refuses_without_touching_a_page() {
     let za = abstract_za();
-    let cfg = VmallocConfig {
-        start: 1 << 30,
-        size_bytes: Some(16 * PAGE),
-        ..VmallocConfig::default()
-    };
-    let vm = VmallocSpace::new(&za, cfg).unwrap();
+    let vm = VmallocSpace::new(&za, small_space(16)).unwrap();
     let pgalloc = || za.zone_events().iter().map(|e| e.pgalloc).sum::<u64>();
     let a = vm.vmalloc(7 * PAGE).unwrap();
     let (mine, spare) = scattered_pages(&za, 7);
@@ -1097,12 +1096,10 @@ fn threads_racing_for_a_full_space_give_everything_back() {
     const ROUNDS: usize = 3_000;
     let za = ZoneAllocator::new(config(4)).unwrap();
     for mode in [VfreeMode::Bulk, VfreeMode::PerPage] {
+        // Two 8-page areas and their guards, and 6 pages no area fits in.
         let cfg = VmallocConfig {
-            start: 1 << 30,
-            // Two 8-page areas and their guards, and 6 pages no area fits in.
-            size_bytes: Some(24 * PAGE),
             vfree_mode: mode,
-            ..VmallocConfig::default()
+            ..small_space(24)
         };
         let vm = VmallocSpace::new(&za, cfg).unwrap();
         let (got, refused) = (AtomicU64::new(0), AtomicU64::new(0));
