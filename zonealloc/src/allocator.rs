@@ -41,8 +41,8 @@ use crate::debug::DebugState;
 use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
 use crate::frame::{
-    FrameState, Tag, Word, FLAG_CMA, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING,
-    FLAG_VMALLOC, MIGRATING_BASE, REFCOUNT_MAX,
+    FrameState, Tag, Word, FLAG_CMA, FLAG_FRAG, FLAG_GUARDED, FLAG_ISOLATED, FLAG_LAZY,
+    FLAG_MIGRATING, FLAG_VMALLOC, MIGRATING_BASE, REFCOUNT_MAX,
 };
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{
@@ -484,6 +484,30 @@ impl<B: Backend> ZoneAllocator<B> {
                 backoff(&mut spins);
                 w = z.frames.word(idx);
                 continue;
+            }
+            // A page of a lazily split block is what its head stands for.
+            if w.is_lazy() {
+                return w.lazy_page();
+            }
+            if w.tag() == Tag::Tail {
+                match Self::lazy_block_of(z, z.pfn_of(idx)) {
+                    Some((_, hw)) if hw.is_lazy() => return hw.lazy_page(),
+                    Some(_) => {
+                        backoff(&mut spins);
+                        w = z.frames.word(idx);
+                        continue;
+                    }
+                    None => {
+                        // Materialised between the two reads: the page's own word,
+                        // which the head's (Acquire) makes visible now.
+                        let again = z.frames.word(idx);
+                        if again == w {
+                            return w;
+                        }
+                        w = again;
+                        continue;
+                    }
+                }
             }
             if w.tag() != Tag::Alloc || w.flags() & FLAG_MIGRATING == 0 {
                 return w;
@@ -1020,11 +1044,25 @@ impl<B: Backend> ZoneAllocator<B> {
                     w = z.frames.word(idx);
                     continue;
                 }
+                // A tail of a lazily split block: a page of its own once the block
+                // is materialised.
+                if w.tag() == Tag::Tail && Self::unlazy_tail(z, pfn, &mut spins) {
+                    w = z.frames.word(idx);
+                    continue;
+                }
                 return Err(self.classify(z, pfn, w));
             }
             // The common case, one test: a block no layer owns, changed by the raw
             // API.
-            if w.flags() & OWNER_FLAGS != 0 || by != Holder::Raw {
+            if w.flags() & (OWNER_FLAGS | FLAG_LAZY) != 0 || by != Holder::Raw {
+                if w.is_lazy() {
+                    // The head of a lazily split block: its page is `lazy_page`,
+                    // whose owner must be the caller before the block is touched.
+                    owner_check(w.lazy_page(), by, pfn)?;
+                    Self::materialize(z, pfn, w);
+                    w = z.frames.word(idx);
+                    continue;
+                }
                 owner_check(w, by, pfn)?;
             }
             let new = f(w)?;
@@ -1033,6 +1071,54 @@ impl<B: Backend> ZoneAllocator<B> {
                 Err(cur) => w = cur,
             }
         }
+    }
+
+    /// The lazily split block (`FLAG_LAZY`) whose tail frame `pfn` is, with its
+    /// head's word: lazy, or held by a thread (`materializing`, or
+    /// `claimed_block`). `None` if `pfn`'s enclosing head is anything else.
+    pub(crate) fn lazy_block_of(z: &Zone, pfn: Pfn) -> Option<(Pfn, Word)> {
+        let (h, hw) = z.head_of_tail(pfn)?;
+        (hw.is_lazy() || (hw.is_claimed() && hw.order().0 > 0)).then_some((h, hw))
+    }
+
+    /// Gives every page of the lazily split block at `head`, whose head word was
+    /// `w`, a state word of its own: what an eager split writes (`lazy_page`).
+    /// Changes nothing if the head is no longer `w` (another thread materialised
+    /// or freed the block, or is doing so): the caller reads its page again.
+    pub(crate) fn materialize(z: &Zone, head: Pfn, w: Word) {
+        let idx = z.idx(head);
+        let held = Word::materializing(w.order(), w.aux());
+        if z.frames.cas_word(idx, w, held).is_err() {
+            return;
+        }
+        let page = w.lazy_page();
+        // The tails from the last down, each with Release: a thread that read
+        // page `p` as `Tail` and then finds a page below it written has `p`'s
+        // word visible when it reads `p` again, so a search for `p`'s head never
+        // stops at a written page while `p` itself still reads `Tail`.
+        let t = z.frames.view();
+        for i in (idx + 1..idx + w.order().nr_pages() as u32).rev() {
+            t.set_word(i, page);
+        }
+        // After the tails: whoever sees the head's new word and then reads a
+        // tail sees the tail's.
+        z.frames.set_word(idx, page);
+    }
+
+    /// For a call on frame `pfn` alone, whose word it read as `Tail`: if `pfn`
+    /// lies in a lazily split block, materialises it (or waits once for the
+    /// thread holding its head) and returns `true`, and the caller reads the
+    /// page's word again; also `true` if the block was materialised since that
+    /// read (the page has a word of its own now); `false` for an ordinary tail.
+    pub(crate) fn unlazy_tail(z: &Zone, pfn: Pfn, spins: &mut u32) -> bool {
+        match Self::lazy_block_of(z, pfn) {
+            Some((h, hw)) if hw.is_lazy() => Self::materialize(z, h, hw),
+            Some(_) => backoff(spins),
+            // The head's word was read with Acquire after the page's: a
+            // materialisation it saw finished has written the page's word too.
+            None => return z.frames.word(z.idx(pfn)) != Word::TAIL,
+        }
+        true
     }
 
     /// Drops a reference; the winner of the last reference frees the block through
@@ -1245,6 +1331,13 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `2^order` independent order-0 pages, each with one reference (the head keeps
     /// the references it had).
     ///
+    /// A block with one reference split by its only owner splits lazily, in one
+    /// compare-and-swap: only the head records the split, and the first call on
+    /// one of its pages alone gives every page its own state. Until then a free
+    /// of exactly its pages (`free_contig_range`, `free_pages_bulk`, a vmalloc
+    /// area's `vfree`) takes the block back with one compare-and-swap. Either way
+    /// every page reads, and is checked, as a page of its own.
+    ///
     /// # Errors
     /// A `FreeError` if `pfn` is not the head of an allocated block of this order.
     pub fn split_page(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
@@ -1260,6 +1353,9 @@ impl<B: Backend> ZoneAllocator<B> {
         by: Holder,
     ) -> Result<(), FreeError> {
         let z = self.head_zone(pfn, order)?;
+        // A block with one reference and no owner but the caller (or vmalloc)
+        // splits lazily: only its head changes (see `FLAG_LAZY`).
+        let lazy = |w: Word| order.0 > 0 && w.refcount() == 1 && w.flags() & !FLAG_VMALLOC == 0;
         let (old, _) = self.update_head(z, pfn, by, |w| {
             if w.order() != order {
                 return Err(FreeError::WrongOrder {
@@ -1271,8 +1367,14 @@ impl<B: Backend> ZoneAllocator<B> {
             if w.flags() & FLAG_ISOLATED != 0 {
                 return Err(FreeError::Busy(pfn));
             }
+            if lazy(w) {
+                return Ok(Word::lazy(order, w.aux(), w.flags()));
+            }
             Ok(Word::new(Tag::Alloc, 0, w.aux(), w.refcount()).with_flags(w.flags()))
         })?;
+        if lazy(old) {
+            return Ok(());
+        }
         let idx = z.idx(pfn);
         let w = old;
         let mt = Migratetype::from_idx(w.aux() as usize).unwrap_or(Migratetype::Unmovable);
@@ -1292,9 +1394,18 @@ impl<B: Backend> ZoneAllocator<B> {
         let z = self.zone_of(pfn).ok_or(FreeError::OutOfRange(pfn))?;
         let mut spins = 0;
         loop {
+            let w = z.frames.word(z.idx(pfn));
+            // A page a multi-page free has taken but may still give back, or one
+            // of a lazily split block a thread holds.
+            if w.is_claimed()
+                || (w.tag() == Tag::Tail
+                    && Self::lazy_block_of(z, pfn).is_some_and(|(_, hw)| hw.is_claimed()))
+            {
+                backoff(&mut spins);
+                continue;
+            }
             match self.block_of_in(z, pfn) {
-                // A page a multi-page free has taken but may still give back.
-                Err(_) if z.frames.word(z.idx(pfn)).is_claimed() => backoff(&mut spins),
+                Err(_) if z.frames.word(z.idx(pfn)) != w => {}
                 r => return r,
             }
         }
@@ -1309,6 +1420,8 @@ impl<B: Backend> ZoneAllocator<B> {
             _ => None,
         };
         match head {
+            // A page of a lazily split block is a block of its own.
+            Some((_, hw)) if hw.is_lazy() => Ok((pfn, Order(0))),
             Some((head, hw)) if hw.tag() == Tag::Alloc => Ok((head, hw.order())),
             _ => Err(self.classify(z, pfn, w)),
         }

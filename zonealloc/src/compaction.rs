@@ -733,6 +733,12 @@ impl<B: Backend> ZoneAllocator<B> {
             let mut p = cs;
             while p < ce {
                 let w = z.frames.word(z.idx(Pfn(p)));
+                // A lazily split block's pages move one by one: give them their
+                // words, and look at the head again.
+                if w.is_lazy() && is_movable_candidate(w) {
+                    Self::materialize(z, Pfn(p), w);
+                    continue;
+                }
                 let step = match w.tag() {
                     Tag::Buddy | Tag::Pcp | Tag::Frozen => w.order().nr_pages(),
                     Tag::Alloc if is_movable_candidate(w) && w.order() < pb => {

@@ -30,9 +30,12 @@ use alloc::vec::Vec;
 use crate::allocator::{Head, Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::FreeError;
-use crate::frame::{Tag, Word, FLAG_GUARDED, FLAG_ISOLATED, FLAG_MIGRATING, FLAG_VMALLOC};
+use crate::frame::{
+    Tag, Word, FLAG_GUARDED, FLAG_ISOLATED, FLAG_LAZY, FLAG_MIGRATING, FLAG_VMALLOC,
+};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::pcp_allowed_order;
+use crate::sync::backoff;
 use crate::types::Wmark;
 use crate::types::{Migratetype, Order, Pfn};
 use crate::zone::{chunks, Zone};
@@ -199,12 +202,34 @@ impl<B: Backend> ZoneAllocator<B> {
         // The last word checked and found takeable with its `k`: the pages of a
         // split block all carry the same word, so the checks run once a block.
         let mut passed: Option<(Word, u32)> = None;
-        for (i, (p, k)) in pages.clone().enumerate() {
+        let mut spins = 0;
+        let mut it = pages.clone().enumerate();
+        while let Some((i, (p, k))) = it.next() {
             let idx = z.idx(p);
             let mut w = z.frames.word(idx);
+            // The pages this step took: 1, or a lazily split block's.
+            let mut span = 1;
             let taken = loop {
                 if passed != Some((w, k)) {
-                    if let Some(e) = self.claim_refusal(z, p, k, w, owner) {
+                    let mut refusal = None;
+                    if w.tag() != Tag::Alloc || w.flags() & FLAG_LAZY != 0 {
+                        match self.claim_lazy(z, p, k, w, owner, it.clone()) {
+                            Lazy::Plain => {}
+                            Lazy::Refused(e) => refusal = Some(e),
+                            Lazy::Again => {
+                                backoff(&mut spins);
+                                w = z.frames.word(idx);
+                                continue;
+                            }
+                            Lazy::Whole(n) => {
+                                // Its tails are this call's now: skip them.
+                                it.nth(n - 2);
+                                span = n;
+                                break true;
+                            }
+                        }
+                    }
+                    if let Some(e) = refusal.or_else(|| self.claim_refusal(z, p, k, w, owner)) {
                         if all {
                             claim.set_range(base, base + i);
                         }
@@ -228,10 +253,79 @@ impl<B: Backend> ZoneAllocator<B> {
                 claim.set_range(base, base + i);
                 all = false;
             } else if taken && !all {
-                claim.set(base + i);
+                claim.set_range(base + i, base + i + span);
             }
         }
         Ok(all)
+    }
+
+    /// `claim_pages`' step for page `p` (word `w`, `k` references to drop) where
+    /// `w` may belong to a lazily split block (see `FLAG_LAZY`); `rest` yields the
+    /// run's entries after `p`.
+    ///
+    /// * `p` heads such a block that the run covers, one reference a page, owned
+    ///   by `owner`: the block is taken whole with one compare-and-swap
+    ///   (`claimed_block`; racing single-page calls on its pages wait for the
+    ///   outcome, as for a claimed page). `Whole(pages)`.
+    /// * `p` lies in such a block otherwise: the block is materialised, or its
+    ///   holder waited for, unless its pages would be refused anyway. `Again`:
+    ///   read `p`'s word again.
+    /// * `Refused`: such a block's page that the ordinary checks of its page
+    ///   (`lazy_page`) refuse, with their error.
+    /// * else `Plain`: the ordinary checks of `w` decide.
+    fn claim_lazy(
+        &self,
+        z: &Zone,
+        p: Pfn,
+        k: u32,
+        w: Word,
+        owner: u8,
+        rest: impl Iterator<Item = (usize, (Pfn, u32))>,
+    ) -> Lazy {
+        let (head, hw) = if w.is_lazy() || w.is_materializing() {
+            (p, w)
+        } else if w.tag() == Tag::Tail {
+            match Self::lazy_block_of(z, p) {
+                Some(b) => b,
+                // Materialised since `w` was read (see `unlazy_tail`), or an
+                // ordinary tail.
+                None if z.frames.word(z.idx(p)) != Word::TAIL => return Lazy::Again,
+                None => return Lazy::Plain,
+            }
+        } else {
+            return Lazy::Plain;
+        };
+        if !hw.is_lazy() {
+            // Held: a materialisation ends in a moment; a block another
+            // multi-page free took is refused as a claimed page is.
+            return if hw.is_materializing() {
+                Lazy::Again
+            } else {
+                Lazy::Plain
+            };
+        }
+        // Refused as its page would be: nothing to materialise.
+        if let Some(e) = self.claim_refusal(z, p, k, hw.lazy_page(), owner) {
+            return Lazy::Refused(e);
+        }
+        let n = hw.order().nr_pages() as usize;
+        let whole = head == p
+            && k == 1
+            && rest
+                .take(n - 1)
+                .enumerate()
+                .filter(|&(j, (_, (q, kq)))| q.0 == p.0 + 1 + j as u64 && kq == 1)
+                .count()
+                == n - 1;
+        if whole {
+            let held = Word::claimed_block(hw.order(), hw.aux());
+            if z.frames.cas_word(z.idx(p), hw, held).is_ok() {
+                return Lazy::Whole(n);
+            }
+        } else {
+            Self::materialize(z, head, hw);
+        }
+        Lazy::Again
     }
 
     /// Why `claim_pages` may not drop `k` references of page `p`, whose word is
@@ -268,10 +362,19 @@ impl<B: Backend> ZoneAllocator<B> {
         base: usize,
         owner: u8,
     ) {
-        for (i, (p, k)) in pages.enumerate() {
+        let mut it = pages.enumerate();
+        while let Some((i, (p, k))) = it.next() {
             if claim.get(base + i) {
                 let idx = z.idx(p);
                 let w = z.frames.word(idx);
+                if w.order().0 > 0 {
+                    // A lazily split block taken whole: its head restored, its
+                    // tails (still `Tail`) left alone.
+                    z.frames
+                        .set_word(idx, Word::lazy(w.order(), w.aux(), owner));
+                    it.nth(w.order().nr_pages() as usize - 2);
+                    continue;
+                }
                 z.frames
                     .set_word(idx, Word::new(Tag::Alloc, 0, w.aux(), k).with_flags(owner));
             }
@@ -299,20 +402,16 @@ impl<B: Backend> ZoneAllocator<B> {
                 debug_assert!(pages
                     .enumerate()
                     .all(|(i, (p, _))| p.0 == first.0 + i as u64));
-                // Every page is the caller's now: `Tail` until `free_run` gives each
-                // chunk its head.
-                z.frames
-                    .view()
-                    .set_words(z.idx(first), nr as u32, 0, Word::TAIL);
+                // Every page is the caller's now.
                 self.free_run(z, first, nr, via);
             }
             return;
         };
         let mut run: Option<(u64, u64)> = None;
         for (i, (p, k)) in pages.enumerate() {
+            // A claimed page keeps its word until `free_run` writes its chunk.
             let zero = claim.get(base + i) || self.put_order0(z, p, k, owner);
             if zero {
-                z.frames.set_word(z.idx(p), Word::TAIL);
                 match &mut run {
                     Some((s, n)) if *s + *n == p.0 => *n += 1,
                     _ => {
@@ -359,12 +458,19 @@ impl<B: Backend> ZoneAllocator<B> {
         }
     }
 
-    /// Frees a run of order-0 pages the caller owns (all `Tail` now) as aligned
-    /// blocks.
+    /// Frees a run of order-0 pages the caller owns (claimed, `Tail`, or a lazily
+    /// split block taken whole) as aligned blocks.
     fn free_run(&self, z: &Zone, pfn: Pfn, nr: u64, via: Via) {
         for (p, order) in chunks(pfn, nr, z.max_order) {
-            // The head becomes the frozen head of the whole chunk.
-            z.frames.set_word(z.idx(p), Word::frozen(order));
+            // The chunk's frozen head first, then its tails: a single-page call
+            // waiting on a claimed page of the chunk, or on a lazily split block's
+            // held head, reads again once the page is `Tail` and finds the chunk
+            // free (`AlreadyFree`), never a tail with no block around it.
+            let idx = z.idx(p);
+            z.frames.set_word(idx, Word::frozen(order));
+            z.frames
+                .view()
+                .set_words(idx + 1, order.nr_pages() as u32 - 1, 0, Word::TAIL);
             self.release_frozen(z, p, order, via);
         }
     }
@@ -517,7 +623,20 @@ impl<B: Backend> ZoneAllocator<B> {
         let z = self.zone_of(p).ok_or(FreeError::OutOfRange(p))?;
         let idx = z.idx(p);
         let mut w = z.frames.word(idx);
+        let mut spins = 0;
         loop {
+            // A page of a lazily split block: one of its own first.
+            if w.tag() != Tag::Alloc || w.flags() & FLAG_LAZY != 0 {
+                match self.claim_lazy(z, p, 1, w, owner, core::iter::empty()) {
+                    Lazy::Again => {
+                        backoff(&mut spins);
+                        w = z.frames.word(idx);
+                        continue;
+                    }
+                    Lazy::Refused(e) => return Err(e),
+                    Lazy::Plain | Lazy::Whole(_) => {}
+                }
+            }
             if let Some(e) = self.claim_refusal(z, p, 1, w, owner) {
                 return Err(e);
             }
@@ -833,6 +952,18 @@ impl<B: Backend> ZoneAllocator<B> {
 #[inline]
 fn isolated_ref(w: Word) -> u32 {
     u32::from(w.flags() & FLAG_ISOLATED != 0)
+}
+
+/// What `claim_lazy` made of a page.
+enum Lazy {
+    /// No lazily split block to handle: the ordinary checks decide.
+    Plain,
+    /// Read the page's word again (the block was materialised, or is being).
+    Again,
+    /// A page of a lazily split block, refused as its own word would be.
+    Refused(FreeError),
+    /// The page headed a lazily split block of this many pages, now taken whole.
+    Whole(usize),
 }
 
 /// Which pages of a multi-page free its first phase took (a bit per page): on the

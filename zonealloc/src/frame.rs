@@ -18,6 +18,10 @@
 //!    FLAG_VMALLOC  a page of a live vmalloc area: only `vfree` (and vmalloc's own
 //!                  unwinding) frees it; the raw API, caches and guards refuse it
 //!    FLAG_CMA      a page `cma_alloc` handed out: only `cma_release` frees it
+//!    FLAG_LAZY     a block `split_page` split lazily: each of its pages is an
+//!                  allocated order-0 page with one reference and the block's other
+//!                  flags, but only the head says so; its other frames stay `Tail`
+//!                  until a call on one page alone gives every page its own word
 //!  prev (u32):  table index of the previous entry on the list this head is on
 //!  next (u32):  table index of the next entry (NIL: none; off any list)
 //! ```
@@ -108,6 +112,17 @@ pub(crate) const FLAG_VMALLOC: u8 = 16;
 /// `cma_release` frees it; the raw API, caches and guards refuse it, and nothing
 /// migrates it.
 pub(crate) const FLAG_CMA: u8 = 32;
+
+/// Head flag of an allocated block of order >= 1 with one reference that
+/// `split_page` split lazily: its `1 << order` pages are allocated order-0 pages,
+/// one reference each, with the block's other flags and type, but their frames
+/// other than the head stay `Tail`. A free of exactly the block's pages (what
+/// `free_contig_range` and `vfree` make of a block they took whole) frees it with
+/// one compare-and-swap on the head; any call on one page of it alone first gives
+/// every page its own word (`ZoneAllocator::materialize`). Until then a reader
+/// that walks heads sees one allocated block of the whole order, which is what it
+/// holds.
+pub(crate) const FLAG_LAZY: u8 = 64;
 
 /// Head flag: compaction isolated the block (a movable allocation with no other
 /// flag) and holds one reference of its own on it, so the owner's frees only drop
@@ -232,6 +247,42 @@ impl Word {
     #[inline]
     pub const fn is_claimed(self) -> bool {
         self.0 as u8 == Tag::Frozen as u8 && self.refcount() == 1
+    }
+    /// A lazily split block's head (see `FLAG_LAZY`): allocated, order `order`,
+    /// one reference, type `aux`, flags `flags` and `FLAG_LAZY`.
+    #[inline]
+    pub const fn lazy(order: Order, aux: u8, flags: u8) -> Word {
+        Word::new(Tag::Alloc, order.0, aux, 1).with_flags(flags | FLAG_LAZY)
+    }
+    /// Whether this is a lazily split block's head.
+    #[inline]
+    pub const fn is_lazy(self) -> bool {
+        self.0 as u8 == Tag::Alloc as u8 && self.flags() & FLAG_LAZY != 0
+    }
+    /// A lazily split block's head while one thread gives its pages words of
+    /// their own (`ZoneAllocator::materialize`): `claimed`'s form at the block's
+    /// order, with `FLAG_LAZY`, so every caller that waits for a claimed page
+    /// waits for this too, and a multi-page free waits rather than refusing.
+    #[inline]
+    pub const fn materializing(order: Order, aux: u8) -> Word {
+        Word::new(Tag::Frozen, order.0, aux, 1).with_flags(FLAG_LAZY)
+    }
+    /// Whether this is a `materializing` head.
+    #[inline]
+    pub const fn is_materializing(self) -> bool {
+        self.is_claimed() && self.flags() & FLAG_LAZY != 0
+    }
+    /// A lazily split block a multi-page free took whole (`claim_pages`):
+    /// `claimed` at the block's order, its type kept so it can be restored.
+    #[inline]
+    pub const fn claimed_block(order: Order, aux: u8) -> Word {
+        Word::new(Tag::Frozen, order.0, aux, 1)
+    }
+    /// What every page of lazily split head `self` stands for: an allocated
+    /// order-0 page with one reference, the block's type and its other flags.
+    #[inline]
+    pub const fn lazy_page(self) -> Word {
+        Word::new(Tag::Alloc, 0, self.aux(), 1).with_flags(self.flags() & !FLAG_LAZY)
     }
     #[inline]
     pub const fn cached(order: Order) -> Word {

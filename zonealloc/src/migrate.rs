@@ -114,7 +114,9 @@
 
 use crate::allocator::{Via, ZoneAllocator};
 use crate::backend::Backend;
-use crate::frame::{Tag, Word, FLAG_ISOLATED, FLAG_MIGRATING, MIGRATING_BASE, REFCOUNT_MAX};
+use crate::frame::{
+    Tag, Word, FLAG_ISOLATED, FLAG_LAZY, FLAG_MIGRATING, MIGRATING_BASE, REFCOUNT_MAX,
+};
 use crate::gfp::AllocFlags;
 use crate::hook::{self, InCallback, Panicked};
 use crate::migrator::{Migrate, MigrateOutcome, Migration};
@@ -152,6 +154,12 @@ impl<B: Backend> ZoneAllocator<B> {
         loop {
             if !is_movable_candidate(w) {
                 return None;
+            }
+            // A lazily split block moves page by page: its head alone here.
+            if w.is_lazy() {
+                Self::materialize(z, pfn, w);
+                w = z.frames.word(idx);
+                continue;
             }
             let rc = w.refcount().checked_add(1)?;
             let new = w.with_refcount(rc).with_flags(FLAG_ISOLATED);
@@ -365,6 +373,12 @@ impl<B: Backend> ZoneAllocator<B> {
             } else {
                 w.order().nr_pages()
             };
+            // A lazily split block's pages move one by one: give them their
+            // words, and look at the head again.
+            if w.is_lazy() && is_movable_candidate(w) && p + step > start {
+                Self::materialize(z, pfn, w);
+                continue;
+            }
             if w.tag() != Tag::Alloc || p + step <= start {
                 p += step;
                 continue;
@@ -427,7 +441,7 @@ impl<B: Backend> ZoneAllocator<B> {
 pub(crate) fn is_movable_candidate(w: Word) -> bool {
     w.tag() == Tag::Alloc
         && w.aux() == Migratetype::Movable as u8
-        && w.flags() == 0
+        && w.flags() & !FLAG_LAZY == 0
         && (1..=REFCOUNT_MAX).contains(&w.refcount())
 }
 

@@ -601,3 +601,170 @@ fn a_one_run_bulk_free_answers_as_the_general_path_does() {
         }
     }
 }
+
+/// The pages of a split block answer as pages of their own, before and after
+/// one of them is used alone (which gives every page its own state word), and
+/// the state digest does not see the difference.
+#[test]
+fn a_split_block_reads_as_its_pages_before_and_after_one_is_used() {
+    let za = za(1 << 12);
+    let pfn = za.alloc_pages(Gfp::KERNEL, Order(4)).unwrap();
+    za.split_page(pfn, Order(4)).unwrap();
+    let digest = za.state_digest();
+    let page = FrameState::Allocated {
+        order: Order(0),
+        refcount: 1,
+    };
+    let reads_as_pages = || {
+        for i in 0..16 {
+            assert_eq!(za.frame_state(pfn.add(i)), Some(page), "page {i}");
+            assert_eq!(za.page_count(pfn.add(i)), Ok(1), "page {i}");
+            assert_eq!(za.block_of(pfn.add(i)), Ok((pfn.add(i), Order(0))));
+        }
+    };
+    reads_as_pages();
+    // Splitting again, or freeing the block as a block, is refused as after an
+    // eager split; so is a page freed with the block's order.
+    let wrong = |given| FreeError::WrongOrder {
+        pfn,
+        given,
+        actual: Order(0),
+    };
+    assert_eq!(za.split_page(pfn, Order(4)), Err(wrong(Order(4))));
+    assert_eq!(za.free_pages(pfn, Order(4)), Err(wrong(Order(4))));
+    assert_eq!(za.state_digest(), digest);
+    reads_as_pages();
+    za.get_page(pfn.add(7)).unwrap();
+    assert_eq!(za.page_count(pfn.add(7)), Ok(2));
+    assert_eq!(za.put_page(pfn.add(7)), Ok(false));
+    assert_eq!(za.state_digest(), digest);
+    reads_as_pages();
+    za.check_invariants().unwrap();
+    for i in 0..16 {
+        za.free_pages(pfn.add(i), Order(0)).unwrap();
+        assert_eq!(
+            za.free_pages(pfn.add(i), Order(0)),
+            Err(FreeError::AlreadyFree(pfn.add(i)))
+        );
+    }
+    settled(&za);
+}
+
+/// A multi-page free refused after it took a split block whole, or part of one,
+/// leaves the block as it was: the digest is unchanged, and each page is freed
+/// once afterwards.
+#[test]
+fn a_refused_free_over_a_split_block_changes_nothing() {
+    let za = za(1 << 12);
+    let a = za.alloc_pages(Gfp::KERNEL, Order(3)).unwrap();
+    za.split_page(a, Order(3)).unwrap();
+    let free = za.alloc_pages(Gfp::KERNEL, Order(0)).unwrap();
+    za.free_pages(free, Order(0)).unwrap();
+    za.drain_all_pages();
+    let digest = za.state_digest();
+    let whole: Vec<Pfn> = (0..8).map(|i| a.add(i)).chain([free]).collect();
+    let half: Vec<Pfn> = (4..8).map(|i| a.add(i)).chain([free]).collect();
+    for pages in [&whole, &half] {
+        assert_eq!(za.free_pages_bulk(pages), Err(FreeError::AlreadyFree(free)));
+        assert_eq!(za.state_digest(), digest);
+        za.check_invariants().unwrap();
+    }
+    // The range runs past the block into free memory.
+    assert!(za.free_contig_range(a.add(6), 4).is_err());
+    assert_eq!(za.state_digest(), digest);
+    za.free_contig_range(a, 8).unwrap();
+    assert_eq!(za.free_contig_range(a, 8), Err(FreeError::AlreadyFree(a)));
+    settled(&za);
+}
+
+/// A free of a split block as a whole races a single-page call on one of its
+/// pages (a free, or a `get_page`): each page ends freed exactly once, whichever
+/// call wins, and no frame is lost.
+#[test]
+fn racing_a_whole_split_block_free_against_one_of_its_pages() {
+    let za = za(1 << 14);
+    let refused = |r: Result<(), FreeError>| matches!(r, Err(FreeError::AlreadyFree(_)));
+    let (mut whole_won, mut page_won) = (0, 0);
+    for round in 0..3000u64 {
+        let pfn = za.alloc_pages(Gfp::KERNEL, Order(3)).unwrap();
+        za.split_page(pfn, Order(3)).unwrap();
+        let j = round % 8;
+        let take_ref = round % 3 == 0;
+        let (whole, single) = std::thread::scope(|s| {
+            let a = s.spawn(|| za.free_contig_range(pfn, 8));
+            let b = s.spawn(|| {
+                if take_ref {
+                    za.get_page(pfn.add(j))
+                } else {
+                    za.free_pages(pfn.add(j), Order(0))
+                }
+            });
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        match (whole, single) {
+            // The block went whole first: the page was free by then.
+            (Ok(()), r) if refused(r) => whole_won += 1,
+            // The reference came first: that page alone stays allocated.
+            (Ok(()), Ok(())) if take_ref => {
+                assert_eq!(za.page_count(pfn.add(j)), Ok(1));
+                za.free_pages(pfn.add(j), Order(0)).unwrap();
+                page_won += 1;
+            }
+            // The page went first: the whole free was refused, nothing changed.
+            (Err(FreeError::AlreadyFree(p)), Ok(())) if !take_ref && p == pfn.add(j) => {
+                for i in (0..8).filter(|&i| i != j) {
+                    za.free_pages(pfn.add(i), Order(0)).unwrap();
+                }
+                page_won += 1;
+            }
+            other => panic!("round {round}, page {j}, get_page {take_ref}: {other:?}"),
+        }
+    }
+    println!("whole free first {whole_won}, page call first {page_won}");
+    settled(&za);
+}
+
+/// Two frees of one split block as a whole, racing: exactly one succeeds.
+#[test]
+fn racing_whole_frees_of_one_split_block_free_it_once() {
+    let za = za(1 << 14);
+    for _ in 0..3000 {
+        let pfn = za.alloc_pages(Gfp::KERNEL, Order(2)).unwrap();
+        za.split_page(pfn, Order(2)).unwrap();
+        let pages: Vec<Pfn> = (0..4).map(|i| pfn.add(i)).collect();
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| za.free_contig_range(pfn, 4));
+            let b = s.spawn(|| za.free_pages_bulk(&pages));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert!(a.is_ok() != b.is_ok(), "{a:?} {b:?}");
+    }
+    settled(&za);
+}
+
+/// Two single-page calls on pages of one split order-9 block, racing: each may
+/// be the one that gives the block's pages their words. The later page's call
+/// never mistakes a page its neighbour's call has already written for the end
+/// of the block (it would answer `TailPage`).
+#[test]
+fn racing_page_calls_in_one_split_block_both_succeed() {
+    let za = za(1 << 14);
+    for round in 0..3000u64 {
+        let pfn = za.alloc_pages(Gfp::KERNEL, Order(9)).unwrap();
+        za.split_page(pfn, Order(9)).unwrap();
+        let (low, high) = (1 + round % 64, 511 - round % 64);
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| za.get_page(pfn.add(low)));
+            let b = s.spawn(|| za.free_pages(pfn.add(high), Order(0)));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert_eq!((a, b), (Ok(()), Ok(())), "round {round}");
+        assert_eq!(za.put_page(pfn.add(low)), Ok(false));
+        let rest: Vec<Pfn> = (0..512)
+            .filter(|&i| i != high)
+            .map(|i| pfn.add(i))
+            .collect();
+        za.free_pages_bulk(&rest).unwrap();
+    }
+    settled(&za);
+}

@@ -735,6 +735,97 @@ fn refused_contig_free_vs_owner() {
     });
 }
 
+/// (10) A lazily split block (`split_page` of a block with one reference records
+/// the split in the head alone): `free_contig_range` of the whole block, which
+/// takes it with one compare-and-swap on the head, races a free of its second
+/// page, which first gives each page its own word. Exactly one wins: either the
+/// block goes whole and the page's free is refused as already free, or the page
+/// goes alone and the whole free is refused at it, changing nothing; every frame
+/// is freed once.
+#[test]
+fn lazy_split_whole_free_vs_page_free() {
+    model("lazy_split_whole_free_vs_page_free", || {
+        let za = new_allocator(true);
+        let l = Ledger::new();
+        let b = alloc(&za, &l, 0, Order(1), 1);
+        za.split_page(b, Order(1)).unwrap();
+        l.release(b, Order(1), 1);
+        let t = {
+            let za = za.clone();
+            thread::spawn(move || za.free_contig_range(b, 2))
+        };
+        let single = za.free_pages_on(1, b.add(1), Order(0));
+        let whole = t.join().unwrap();
+        match (whole, single) {
+            (Ok(()), Err(FreeError::AlreadyFree(p))) if p == b.add(1) => {}
+            (Err(FreeError::AlreadyFree(p)), Ok(())) if p == b.add(1) => {
+                za.free_pages_on(0, b, Order(0)).unwrap();
+            }
+            other => panic!("whole free and page free: {other:?}"),
+        }
+        finish(&za, &l);
+    });
+}
+
+/// (11) Two single-page calls on the two pages of a lazily split block, each of
+/// which would give the block's pages their words: one materialises, the other
+/// waits for it or finds it done; `get_page` on the head and a free of the tail
+/// both succeed, and the head keeps exactly its two references.
+#[test]
+fn lazy_split_two_page_calls() {
+    model("lazy_split_two_page_calls", || {
+        let za = new_allocator(true);
+        let l = Ledger::new();
+        let b = alloc(&za, &l, 0, Order(1), 1);
+        za.split_page(b, Order(1)).unwrap();
+        l.release(b, Order(1), 1);
+        l.claim(b, Order(0), 1);
+        let t = {
+            let za = za.clone();
+            thread::spawn(move || za.free_pages_on(1, b.add(1), Order(0)))
+        };
+        za.get_page(b).unwrap();
+        t.join().unwrap().unwrap();
+        assert_eq!(za.page_count(b), Ok(2));
+        assert_eq!(za.put_page(b), Ok(false));
+        free(&za, &l, 0, b, Order(0), 1);
+        finish(&za, &l);
+    });
+}
+
+/// (12) A multi-page free that takes a lazily split block whole and is then
+/// refused at a free page after it gives the block back as it was, lazy; the
+/// owner's free of the block's second page meanwhile waits for that outcome (or
+/// goes first) and succeeds either way, and the refusal names a free page.
+#[test]
+fn lazy_split_refused_bulk_vs_owner() {
+    model("lazy_split_refused_bulk_vs_owner", || {
+        let za = new_allocator(true);
+        let l = Ledger::new();
+        let b = alloc(&za, &l, 0, Order(1), 1);
+        let c = b.add(2);
+        assert!(matches!(
+            za.frame_state(c),
+            Some(FrameState::Free { .. } | FrameState::PerCpu { .. })
+        ));
+        za.split_page(b, Order(1)).unwrap();
+        l.release(b, Order(1), 1);
+        l.claim(b, Order(0), 1);
+        let t = {
+            let za = za.clone();
+            thread::spawn(move || za.free_pages_bulk(&[b, b.add(1), c]))
+        };
+        za.free_pages_on(1, b.add(1), Order(0)).unwrap();
+        let r = t.join().unwrap();
+        assert!(
+            matches!(r, Err(FreeError::AlreadyFree(p)) if p == c || p == b.add(1)),
+            "{r:?}"
+        );
+        free(&za, &l, 0, b, Order(0), 1);
+        finish(&za, &l);
+    });
+}
+
 // -----------------------------------------------------------------------------
 // page_frag: the published bias
 // -----------------------------------------------------------------------------
