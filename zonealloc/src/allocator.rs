@@ -1057,9 +1057,14 @@ impl<B: Backend> ZoneAllocator<B> {
             if w.flags() & (OWNER_FLAGS | FLAG_LAZY) != 0 || by != Holder::Raw {
                 if w.is_lazy() {
                     // The head of a lazily split block: its page is `lazy_page`,
-                    // whose owner must be the caller before the block is touched.
-                    owner_check(w.lazy_page(), by, pfn)?;
-                    Self::materialize(z, pfn, w);
+                    // checked and changed as any page; if `f` takes it, the block
+                    // is materialised with the head's new word in the same hold.
+                    let page = w.lazy_page();
+                    owner_check(page, by, pfn)?;
+                    let new = f(page)?;
+                    if Self::materialize_to(z, pfn, w, new) {
+                        return Ok((page, new));
+                    }
                     w = z.frames.word(idx);
                     continue;
                 }
@@ -1086,10 +1091,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Changes nothing if the head is no longer `w` (another thread materialised
     /// or freed the block, or is doing so): the caller reads its page again.
     pub(crate) fn materialize(z: &Zone, head: Pfn, w: Word) {
+        Self::materialize_to(z, head, w, w.lazy_page());
+    }
+
+    /// `materialize`, with `head_word` for the head page's own word instead of
+    /// `lazy_page` (a change a single-page call makes to the head page, in the
+    /// same hold). Returns whether it held the block (`false`: the head was no
+    /// longer `w`, nothing changed).
+    pub(crate) fn materialize_to(z: &Zone, head: Pfn, w: Word, head_word: Word) -> bool {
         let idx = z.idx(head);
         let held = Word::materializing(w.order(), w.aux());
         if z.frames.cas_word(idx, w, held).is_err() {
-            return;
+            return false;
         }
         let page = w.lazy_page();
         // The tails from the last down, each with Release: a thread that read
@@ -1102,7 +1115,8 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         // After the tails: whoever sees the head's new word and then reads a
         // tail sees the tail's.
-        z.frames.set_word(idx, page);
+        z.frames.set_word(idx, head_word);
+        true
     }
 
     /// For a call on frame `pfn` alone, whose word it read as `Tail`: if `pfn`
@@ -1660,6 +1674,17 @@ impl Head {
     pub(crate) const GUARDED: Head = Head::new(FLAG_GUARDED, 1);
     /// A vmalloc area's block (`FLAG_VMALLOC`), one reference.
     pub(crate) const VMALLOC: Head = Head::new(FLAG_VMALLOC, 1);
+
+    /// A vmalloc area's block of `order`, split to order-0 pages from the start
+    /// (lazily, `FLAG_LAZY`, for an order above 0): what `VMALLOC` and
+    /// `split_page` would make of it, without the split's compare-and-swap.
+    pub(crate) const fn vmalloc(order: Order) -> Head {
+        if order.0 > 0 {
+            Head::new(FLAG_VMALLOC | FLAG_LAZY, 1)
+        } else {
+            Head::VMALLOC
+        }
+    }
 
     /// A page_frag cache's block (`FLAG_FRAG`) with `bias` references, all the
     /// cache's (`bias` at least 1), and `bias` published in its bias slot.

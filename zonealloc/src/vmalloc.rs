@@ -84,7 +84,6 @@
 //! page allocation or `mmap`.
 
 use alloc::boxed::Box;
-use alloc::collections::btree_map::Entry;
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
@@ -445,7 +444,74 @@ struct Kva {
     /// Free address space, in virtual page numbers.
     free: FreeAreaTree,
     /// Busy areas by first virtual page number.
-    busy: BTreeMap<u64, Busy>,
+    busy: BusyMap,
+}
+
+/// The busy areas by first virtual page number: an ordered map from each
+/// area's first page to its slot in a slab of `Busy` records, whose free slots
+/// are reused. The tree moves 4-byte slot numbers, not the records: an insert
+/// and a remove cost about half what they do with the records in the tree's
+/// nodes (`vmalloc` and `vfree` each make one under the KVA lock).
+#[derive(Default)]
+struct BusyMap {
+    index: BTreeMap<u64, u32>,
+    slots: Vec<Option<Busy>>,
+    /// Slots whose record was removed, reused first.
+    vacant: Vec<u32>,
+}
+
+impl BusyMap {
+    /// Records `b` as the area at `vpn`; the record it replaces, if any.
+    fn insert(&mut self, vpn: u64, b: Busy) -> Option<Busy> {
+        if let Some(&i) = self.index.get(&vpn) {
+            return self.slots[i as usize].replace(b);
+        }
+        let i = match self.vacant.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(b);
+                i
+            }
+            None => {
+                self.slots.push(Some(b));
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 busy areas")
+            }
+        };
+        self.index.insert(vpn, i);
+        None
+    }
+
+    /// Takes the record of the area at `vpn` out.
+    fn remove(&mut self, vpn: &u64) -> Option<Busy> {
+        let i = self.index.remove(vpn)?;
+        self.vacant.push(i);
+        self.slots[i as usize].take()
+    }
+
+    fn slot(&self, i: u32) -> &Busy {
+        self.slots[i as usize]
+            .as_ref()
+            .expect("the index names only occupied slots")
+    }
+
+    /// The record of the area at `vpn`.
+    fn get(&self, vpn: &u64) -> Option<&Busy> {
+        self.index.get(vpn).map(|&i| self.slot(i))
+    }
+
+    /// The area with the highest first page at or below `vpn`.
+    fn floor(&self, vpn: u64) -> Option<(u64, &Busy)> {
+        let (&start, &i) = self.index.range(..=vpn).next_back()?;
+        Some((start, self.slot(i)))
+    }
+
+    /// Every area, lowest first.
+    fn iter(&self) -> impl Iterator<Item = (u64, &Busy)> + '_ {
+        self.index.iter().map(|(&vpn, &i)| (vpn, self.slot(i)))
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
 }
 
 /// The `kva` lock held. Its release first stores the free tree's largest area in
@@ -615,7 +681,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
             nr_vpn,
             kva: Lock::new(Kva {
                 free: FreeAreaTree::with_range(start_vpn, nr_vpn),
-                busy: BTreeMap::new(),
+                busy: BusyMap::default(),
             }),
             largest_free: AtomicU64::new(nr_vpn),
             blocks: Lock::new(BTreeMap::new()),
@@ -913,7 +979,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
         // call fails as it would have.
         let room = nr_vpn.saturating_add(align_pages - 1);
         if !self.is_mapped() && self.largest_free.load(Ordering::Relaxed) >= room {
-            let pages: Arc<[Pfn]> = self.alloc_page_array(gfp, nr_pages, page_order)?.into();
+            let pages = self.alloc_page_array(gfp, nr_pages, page_order)?;
             let mut kva = self.kva();
             if let Some(vpn) = kva.free.alloc(nr_vpn, align_pages) {
                 let kind = AreaKind::Vmalloc;
@@ -950,23 +1016,21 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
         gfp: Gfp,
         nr: u64,
         page_order: Order,
-    ) -> Result<Vec<Pfn>, VmallocError> {
+    ) -> Result<Arc<[Pfn]>, VmallocError> {
         let za = self.za;
         // Every allocation call below counts at `FaultSite::VmallocBacking`; an
         // injected fault makes that call fail, to exercise each unwinding path.
         let inject = || za.debug.faults.should_fail(FaultSite::VmallocBacking);
-        let mut pages: Vec<Pfn> = Vec::with_capacity(nr as usize);
-        // Appends the 2^order pages of a block just allocated, split to order 0.
-        // The block is vmalloc's from its allocation on (`Head::VMALLOC`): nothing
-        // else may change it and compaction never isolates it, so the split cannot
-        // be refused; were it ever, the block goes back and this order fails.
-        let take = |pages: &mut Vec<Pfn>, p: Pfn, order: Order| -> bool {
-            if order.0 > 0 && za.split_page_by(p, order, Holder::Vmalloc).is_err() {
-                let _ = za.free_pages_by(Via::Here(za.current_cpu()), p, order, Holder::Vmalloc);
-                return false;
+        let mut pages: Vec<Pfn> = Vec::new();
+        // A block of order >= 1 is vmalloc's from its allocation on, and comes
+        // split (`Head::vmalloc`): only its head says so until a call on one of
+        // its pages alone (see `FLAG_LAZY`), and `vfree` in bulk takes it back
+        // whole. Nothing else may change it, and compaction never isolates it.
+        let take = |pages: &mut Vec<Pfn>, p: Pfn, order: Order| {
+            if pages.capacity() == 0 {
+                pages.reserve_exact(nr as usize);
             }
             pages.extend((0..order.nr_pages()).map(|i| p.add(i)));
-            true
         };
         // 1. High orders first, lowering the ceiling on each failure.
         if self.cfg.high_order_first {
@@ -984,12 +1048,17 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
                 let got = if inject() {
                     None
                 } else {
-                    za.alloc_pages_as(large_gfp, Order(large), Head::VMALLOC)
+                    za.alloc_pages_as(large_gfp, Order(large), Head::vmalloc(Order(large)))
                         .ok()
                 };
                 match got {
-                    Some(p) if take(&mut pages, p, Order(large)) => {}
-                    _ => ceiling = large - 1,
+                    // One block for the whole area (a power-of-two size): the
+                    // array is built where it stays, with no copy.
+                    Some(p) if pages.is_empty() && Order(large).nr_pages() == nr => {
+                        return Ok((0..nr).map(|i| p.add(i)).collect());
+                    }
+                    Some(p) => take(&mut pages, p, Order(large)),
+                    None => ceiling = large - 1,
                 }
             }
         }
@@ -1020,18 +1089,19 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
             let got = if inject() {
                 None
             } else {
-                za.alloc_pages_as(gfp, page_order, Head::VMALLOC).ok()
+                za.alloc_pages_as(gfp, page_order, Head::vmalloc(page_order))
+                    .ok()
             };
             match got {
-                Some(p) if take(&mut pages, p, page_order) => {}
-                _ => {
+                Some(p) => take(&mut pages, p, page_order),
+                None => {
                     // As in `vmalloc_pages`: the shortage is the error to report.
                     let _ = self.free_page_array(&pages);
                     return Err(VmallocError::NoMemory { nr_pages: nr });
                 }
             }
         }
-        Ok(pages)
+        Ok(pages.into())
     }
 
     /// Gives an array of order-0 pages back, as the vfree mode says. Every page
@@ -1108,7 +1178,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
             self.kva_release(vpn, nr_vpn);
             return Err(e);
         }
-        Ok(self.publish(vpn, nr_vpn, pages.to_vec(), AreaKind::Vmap, Order(0)))
+        Ok(self.publish(vpn, nr_vpn, pages.into(), AreaKind::Vmap, Order(0)))
     }
 
     /// `vunmap()`: removes the `vmap` mapping starting at `addr`; the frames are
@@ -1189,7 +1259,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
                 self.kva_release(vpn, nr);
                 return Err(e);
             }
-            let area = self.publish(vpn, nr, pages.to_vec(), AreaKind::VmMapRam, Order(0));
+            let area = self.publish(vpn, nr, pages.into(), AreaKind::VmMapRam, Order(0));
             return Ok(area.addr);
         }
         let (block, off) = self.vb_alloc(count as u64)?;
@@ -1337,7 +1407,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
         self.publish(
             vpn,
             self.block_pages,
-            Vec::new(),
+            Arc::new([]),
             AreaKind::VmapBlock,
             Order(0),
         );
@@ -1410,7 +1480,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     pub fn vmalloc_to_pfn(&self, addr: usize) -> Option<Pfn> {
         let vpn = (addr >> self.page_shift) as u64;
         let kva = self.kva();
-        let (&start, b) = kva.busy.range(..=vpn).next_back()?;
+        let (start, b) = kva.busy.floor(vpn)?;
         b.area
             .pages
             .get(usize::try_from(vpn - start).ok()?)
@@ -1419,7 +1489,11 @@ impl<B: Backend> VmallocSpace<'_, B> {
 
     /// Every busy area, lowest address first (`/proc/vmallocinfo`'s list).
     pub fn areas(&self) -> Vec<VmArea> {
-        self.kva().busy.values().map(|b| b.area.clone()).collect()
+        self.kva()
+            .busy
+            .iter()
+            .map(|(_, b)| b.area.clone())
+            .collect()
     }
 
     /// Pages owned by `vmalloc` areas (`NR_VMALLOC`).
@@ -1442,7 +1516,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     pub fn vmallocinfo(&self) -> String {
         let kva = self.kva();
         let mut out = String::new();
-        for (&vpn, b) in &kva.busy {
+        for (vpn, b) in kva.busy.iter() {
             let start = self.vpn_to_addr(vpn);
             let bytes = (b.nr_vpn << self.page_shift) as usize;
             let what = match b.area.kind {
@@ -1495,7 +1569,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
         // Free and busy areas tile [start, end) exactly.
         let mut spans: Vec<(u64, u64, bool)> =
             kva.free.iter().map(|(s, n)| (s, n, false)).collect();
-        spans.extend(kva.busy.iter().map(|(&s, b)| (s, b.nr_vpn, true)));
+        spans.extend(kva.busy.iter().map(|(s, b)| (s, b.nr_vpn, true)));
         spans.sort_unstable();
         let mut at = self.start_vpn;
         for &(s, n, busy) in &spans {
@@ -1518,7 +1592,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
         let guard = u64::from(self.cfg.guard_pages);
         let mut vmalloc_pages = 0;
         let mut nr_blocks = 0;
-        for (&vpn, b) in &kva.busy {
+        for (vpn, b) in kva.busy.iter() {
             let a = &b.area;
             let addr = self.vpn_to_addr(vpn);
             ensure(a.addr == addr, &|| {
@@ -1653,11 +1727,10 @@ impl<B: Backend> VmallocSpace<'_, B> {
         &self,
         vpn: u64,
         nr_vpn: u64,
-        pages: Vec<Pfn>,
+        pages: Arc<[Pfn]>,
         kind: AreaKind,
         page_order: Order,
     ) -> VmArea {
-        let pages = pages.into();
         self.insert_busy(&mut self.kva(), vpn, nr_vpn, pages, kind, page_order)
     }
 
@@ -1723,10 +1796,9 @@ impl<B: Backend> VmallocSpace<'_, B> {
             .ok_or(VmallocError::UnknownAddress(addr))?;
         let mut guard = self.kva();
         let kva = &mut *guard;
-        let Entry::Occupied(e) = kva.busy.entry(vpn) else {
+        let Some(b) = kva.busy.get(&vpn) else {
             return Err(VmallocError::UnknownAddress(addr));
         };
-        let b = e.get();
         if b.area.kind != kind {
             return Err(VmallocError::WrongKind {
                 addr,
@@ -1742,7 +1814,9 @@ impl<B: Backend> VmallocSpace<'_, B> {
                 });
             }
         }
-        let b = e.remove();
+        let Some(b) = kva.busy.remove(&vpn) else {
+            return Err(VmallocError::UnknownAddress(addr));
+        };
         if !b.area.mapped {
             let r = kva.free.free(vpn, b.nr_vpn);
             debug_assert!(r.is_ok(), "{r:?}");
@@ -1841,7 +1915,7 @@ impl<B: Backend> Drop for VmallocSpace<'_, B> {
     /// stay with their owners. The reservation, if any, is unmapped afterwards.
     fn drop(&mut self) {
         let busy = core::mem::take(&mut self.kva().busy);
-        for b in busy.into_values() {
+        for b in busy.slots.into_iter().flatten() {
             if b.area.kind == AreaKind::Vmalloc {
                 // A page that is not the area's any more (`vfree` would report
                 // `PageFree`) is refused and the others freed; a drop has no one to
