@@ -84,6 +84,7 @@
 //! page allocation or `mmap`.
 
 use alloc::boxed::Box;
+use alloc::collections::btree_map::Entry;
 use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::string::String;
@@ -463,9 +464,11 @@ struct BusyMap {
 impl BusyMap {
     /// Records `b` as the area at `vpn`; the record it replaces, if any.
     fn insert(&mut self, vpn: u64, b: Busy) -> Option<Busy> {
-        if let Some(&i) = self.index.get(&vpn) {
-            return self.slots[i as usize].replace(b);
-        }
+        // One descent of the tree, as for the records in it.
+        let e = match self.index.entry(vpn) {
+            Entry::Occupied(e) => return self.slots[*e.get() as usize].replace(b),
+            Entry::Vacant(e) => e,
+        };
         let i = match self.vacant.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(b);
@@ -476,7 +479,7 @@ impl BusyMap {
                 u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 busy areas")
             }
         };
-        self.index.insert(vpn, i);
+        e.insert(i);
         None
     }
 
@@ -485,6 +488,24 @@ impl BusyMap {
         let i = self.index.remove(vpn)?;
         self.vacant.push(i);
         self.slots[i as usize].take()
+    }
+
+    /// Takes the record of the area at `vpn` out if `check` accepts it, with one
+    /// descent of the tree; `Ok(None)` if no area starts there.
+    fn take_if<E>(
+        &mut self,
+        vpn: u64,
+        check: impl FnOnce(&Busy) -> Result<(), E>,
+    ) -> Result<Option<Busy>, E> {
+        let Entry::Occupied(e) = self.index.entry(vpn) else {
+            return Ok(None);
+        };
+        let i = *e.get();
+        let slot = &mut self.slots[i as usize];
+        check(slot.as_ref().expect("the index names only occupied slots"))?;
+        e.remove();
+        self.vacant.push(i);
+        Ok(slot.take())
     }
 
     fn slot(&self, i: u32) -> &Busy {
@@ -1796,25 +1817,23 @@ impl<B: Backend> VmallocSpace<'_, B> {
             .ok_or(VmallocError::UnknownAddress(addr))?;
         let mut guard = self.kva();
         let kva = &mut *guard;
-        let Some(b) = kva.busy.get(&vpn) else {
-            return Err(VmallocError::UnknownAddress(addr));
-        };
-        if b.area.kind != kind {
-            return Err(VmallocError::WrongKind {
-                addr,
-                kind: b.area.kind,
-            });
-        }
-        if let Some(given) = count {
-            if b.area.pages.len() != given {
-                return Err(VmallocError::WrongCount {
+        let taken = kva.busy.take_if(vpn, |b| {
+            if b.area.kind != kind {
+                return Err(VmallocError::WrongKind {
+                    addr,
+                    kind: b.area.kind,
+                });
+            }
+            match count {
+                Some(given) if b.area.pages.len() != given => Err(VmallocError::WrongCount {
                     addr,
                     expected: b.area.pages.len(),
                     given,
-                });
+                }),
+                _ => Ok(()),
             }
-        }
-        let Some(b) = kva.busy.remove(&vpn) else {
+        })?;
+        let Some(b) = taken else {
             return Err(VmallocError::UnknownAddress(addr));
         };
         if !b.area.mapped {
