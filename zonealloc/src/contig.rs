@@ -165,6 +165,21 @@ impl<B: Backend> ZoneAllocator<B> {
         owner: u8,
         via: Via,
     ) -> Result<(), FreeError> {
+        // Exactly one lazily split block (what `vfree` and `free_contig_range`
+        // of a block just split free): one compare-and-swap takes it, with no
+        // claim record, and it is freed as one block.
+        if nr > 1 {
+            let idx = z.idx(pfn);
+            let w = z.frames.word(idx);
+            if w.is_lazy()
+                && w.order().nr_pages() == nr
+                && w.flags() & !FLAG_LAZY == owner
+                && z.frames.cas_word(idx, w, Word::frozen(w.order())).is_ok()
+            {
+                self.release_frozen(z, pfn, w.order(), via);
+                return Ok(());
+            }
+        }
         let mut claim = Claim::default();
         let pages = (0..nr).map(|i| (pfn.add(i), 1));
         let all = self.claim_pages(z, pages.clone(), &mut claim, 0, owner)?;
