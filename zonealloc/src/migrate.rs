@@ -374,7 +374,8 @@ impl<B: Backend> ZoneAllocator<B> {
                 w.order().nr_pages()
             };
             // A lazily split block's pages move one by one: give them their
-            // words, and look at the head again.
+            // words, and look at the head again (`isolate_movable` would too, but
+            // here a block that straddles `start` moves only its pages inside).
             if w.is_lazy() && is_movable_candidate(w) && p + step > start {
                 Self::materialize(z, pfn, w);
                 continue;

@@ -110,6 +110,50 @@ fn movable_blocks_are_moved_out_first() {
     ledger(&za, 0, 0);
 }
 
+/// Split blocks whose pages have no word of their own yet (`split_page` records
+/// the split in the head alone) move out page by page, each page a block of its
+/// own, and every page stays the owner's.
+#[test]
+fn lazily_split_blocks_are_moved_out_page_by_page() {
+    let za = allocator();
+    let owner = Arc::new(Owner::default());
+    za.set_migrator(Some(owner.clone()));
+    let mut blocks = Vec::new();
+    while let Ok(b) = za.alloc_pages(Gfp::HIGHUSER_MOVABLE | Gfp::NOWAIT, Order(3)) {
+        za.split_page(b, Order(3)).unwrap();
+        blocks.push(b);
+    }
+    // One block in four kept, the rest freed whole.
+    for (i, &b) in blocks.iter().enumerate() {
+        if i % 4 == 0 {
+            owner.pages.lock().unwrap().extend((0..8).map(|k| b.add(k)));
+        } else {
+            za.free_contig_range(b, 8).unwrap();
+        }
+    }
+    let owned = owner.pages.lock().unwrap().len() as u64;
+    let start = Pfn(16 * PB);
+    let in_range = |p: &Pfn| (start.0..start.0 + 2 * PB).contains(&p.0);
+    let moving = owner
+        .pages
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|p| in_range(p))
+        .count() as u64;
+    assert!(moving >= 8);
+    za.offline_pages(start, 2 * PB).unwrap();
+    assert!(!owner.pages.lock().unwrap().iter().any(in_range));
+    assert_eq!(owner.pages.lock().unwrap().len() as u64, owned);
+    assert!(za.compaction_stats().pgmigrate_success >= moving);
+    ledger(&za, owned, 2 * PB);
+    za.online_pages(start, 2 * PB).unwrap();
+    for p in owner.pages.lock().unwrap().drain() {
+        za.free_pages(p, Order(0)).unwrap();
+    }
+    ledger(&za, 0, 0);
+}
+
 #[test]
 fn ranges_that_cannot_go_are_refused_with_nothing_changed() {
     let za = allocator();
