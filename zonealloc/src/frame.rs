@@ -62,6 +62,10 @@
 //!   page a multi-page free has taken while it checks the rest of its pages: it is
 //!   freed or restored to `Alloc` in a moment, and the single-page paths wait for
 //!   which rather than answer `AlreadyFree` for a page that may stay allocated.
+//!   With a count of 1 at an order above 0, a lazily split block (`FLAG_LAZY`)
+//!   one thread holds: a multi-page free that took it whole (`claimed_block`),
+//!   or, with `FLAG_LAZY` kept, a call giving its pages their words
+//!   (`materializing`); callers wait for either as for a claimed page.
 //! * `Cached{order}`: head of a free block held by one `LocalCache` (see `local`).
 //!   Entered from `Alloc` by the freeing CAS, as `Frozen` is; left by that cache
 //!   alone, with a plain store (handed out: `Alloc`) or under a pcp lock (flushed:
