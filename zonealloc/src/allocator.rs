@@ -1355,22 +1355,12 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// A `FreeError` if `pfn` is not the head of an allocated block of this order.
     pub fn split_page(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
-        self.split_page_by(pfn, order, Holder::Raw)
-    }
-
-    /// `split_page` on behalf of `by`; the pages keep the block's flags (a
-    /// vmalloc block's pages stay vmalloc's).
-    pub(crate) fn split_page_by(
-        &self,
-        pfn: Pfn,
-        order: Order,
-        by: Holder,
-    ) -> Result<(), FreeError> {
         let z = self.head_zone(pfn, order)?;
-        // A block with one reference and no owner but the caller (or vmalloc)
-        // splits lazily: only its head changes (see `FLAG_LAZY`).
-        let lazy = |w: Word| order.0 > 0 && w.refcount() == 1 && w.flags() & !FLAG_VMALLOC == 0;
-        let (old, _) = self.update_head(z, pfn, by, |w| {
+        // A block with one reference (the raw API's own, so with no flag once
+        // the checks pass) splits lazily: only its head changes (see
+        // `FLAG_LAZY`).
+        let lazy = |w: Word| order.0 > 0 && w.refcount() == 1;
+        let (old, _) = self.update_head(z, pfn, Holder::Raw, |w| {
             if w.order() != order {
                 return Err(FreeError::WrongOrder {
                     pfn,

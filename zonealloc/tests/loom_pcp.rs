@@ -109,6 +109,16 @@ fn free(za: &ZoneAllocator, l: &Ledger, cpu: usize, pfn: Pfn, order: Order, tag:
         .unwrap_or_else(|e| panic!("cpu {cpu}: free {pfn} order {order}: {e}"));
 }
 
+/// An order-1 block allocated on CPU 0 and split: two order-0 pages with one
+/// reference each (split lazily: only the head records it), left out of the
+/// ledger for the model to claim as it needs.
+fn split_pair(za: &ZoneAllocator, l: &Ledger) -> Pfn {
+    let b = alloc(za, l, 0, Order(1), 1);
+    za.split_page(b, Order(1)).unwrap();
+    l.release(b, Order(1), 1);
+    b
+}
+
 /// The end of every model, all threads joined: the validator passes, the allocator's
 /// accounting matches the ledger exactly, and after a drain nothing is stranded.
 #[track_caller]
@@ -686,9 +696,7 @@ fn contig_vs_bulk_double_free() {
     model("contig_vs_bulk_double_free", || {
         let za = new_allocator(true);
         let l = Ledger::new();
-        let b = alloc(&za, &l, 0, Order(1), 1);
-        za.split_page(b, Order(1)).unwrap();
-        l.release(b, Order(1), 1);
+        let b = split_pair(&za, &l);
         let t1 = {
             let za = za.clone();
             thread::spawn(move || za.free_contig_range(b, 2).is_ok())
@@ -713,9 +721,7 @@ fn refused_contig_free_vs_owner() {
     model("refused_contig_free_vs_owner", || {
         let za = new_allocator(true);
         let l = Ledger::new();
-        let b = alloc(&za, &l, 0, Order(1), 1);
-        za.split_page(b, Order(1)).unwrap();
-        l.release(b, Order(1), 1);
+        let b = split_pair(&za, &l);
         l.claim(b, Order(0), 1);
         za.free_pages_on(0, b.add(1), Order(0)).unwrap();
         let t = {
@@ -747,9 +753,7 @@ fn lazy_split_whole_free_vs_page_free() {
     model("lazy_split_whole_free_vs_page_free", || {
         let za = new_allocator(true);
         let l = Ledger::new();
-        let b = alloc(&za, &l, 0, Order(1), 1);
-        za.split_page(b, Order(1)).unwrap();
-        l.release(b, Order(1), 1);
+        let b = split_pair(&za, &l);
         let t = {
             let za = za.clone();
             thread::spawn(move || za.free_contig_range(b, 2))
@@ -776,9 +780,7 @@ fn lazy_split_two_page_calls() {
     model("lazy_split_two_page_calls", || {
         let za = new_allocator(true);
         let l = Ledger::new();
-        let b = alloc(&za, &l, 0, Order(1), 1);
-        za.split_page(b, Order(1)).unwrap();
-        l.release(b, Order(1), 1);
+        let b = split_pair(&za, &l);
         l.claim(b, Order(0), 1);
         let t = {
             let za = za.clone();
@@ -802,14 +804,12 @@ fn lazy_split_refused_bulk_vs_owner() {
     model("lazy_split_refused_bulk_vs_owner", || {
         let za = new_allocator(true);
         let l = Ledger::new();
-        let b = alloc(&za, &l, 0, Order(1), 1);
+        let b = split_pair(&za, &l);
         let c = b.add(2);
         assert!(matches!(
             za.frame_state(c),
             Some(FrameState::Free { .. } | FrameState::PerCpu { .. })
         ));
-        za.split_page(b, Order(1)).unwrap();
-        l.release(b, Order(1), 1);
         l.claim(b, Order(0), 1);
         let t = {
             let za = za.clone();
