@@ -214,11 +214,9 @@ fn decay_gives_back_what_idle_caches_hold() {
     settled(&za);
 }
 
-/// A drain reaches an idle owner's cache, and its next call finds it empty and
-/// refills as usual.
-#[test]
-fn a_drain_empties_an_idle_owners_cache() {
-    let za = za(false);
+/// A cache (without the per-CPU stacks) that allocated 50 pages and freed them
+/// back into itself, the pages, and what it holds (some).
+fn cache_holding_pages(za: &ZoneAllocator) -> (LocalCache<'_, AbstractFrames>, Vec<Pfn>, u64) {
     let mut c = za.local_cache(Gfp::KERNEL).unwrap();
     let got: Vec<Pfn> = (0..50).map(|_| c.alloc(Order(0)).unwrap()).collect();
     for &p in &got {
@@ -226,6 +224,15 @@ fn a_drain_empties_an_idle_owners_cache() {
     }
     let held = c.cached_pages();
     assert!(held > 0);
+    (c, got, held)
+}
+
+/// A drain reaches an idle owner's cache, and its next call finds it empty and
+/// refills as usual.
+#[test]
+fn a_drain_empties_an_idle_owners_cache() {
+    let za = za(false);
+    let (mut c, got, held) = cache_holding_pages(&za);
     assert_eq!(za.nr_cached_pages(), held);
     assert!(za.drain_all_pages() >= held);
     assert_eq!(c.cached_pages(), 0);
@@ -247,13 +254,7 @@ fn a_drain_empties_an_idle_owners_cache() {
 #[test]
 fn a_drain_reaches_a_leaked_cache() {
     let za = za(false);
-    let mut c = za.local_cache(Gfp::KERNEL).unwrap();
-    let got: Vec<Pfn> = (0..50).map(|_| c.alloc(Order(0)).unwrap()).collect();
-    for &p in &got {
-        c.free(p, Order(0)).unwrap();
-    }
-    let held = c.cached_pages();
-    assert!(held > 0);
+    let (c, _, held) = cache_holding_pages(&za);
     std::mem::forget(c);
     assert_eq!(za.nr_cached_pages(), held);
     assert!(za.drain_all_pages() >= held);
