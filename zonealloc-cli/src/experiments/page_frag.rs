@@ -24,9 +24,9 @@
 //! fragment against 34 ns now, which hid the free path's cost (seed 003 at 75 B read
 //! +1 % to +4 %, not significant).
 //!
-//! Runs are short (a tenth of a second or so) and the rounds three times the
-//! default: this host's speed drifts over seconds, and a round's two runs then see
-//! the same machine.
+//! Runs are short (3 M fragments at quick scale, 10 M at full: a tenth to half a
+//! second here) and the rounds three times the default: this host's speed drifts
+//! over seconds, and a round's two runs then see the same machine.
 //!
 //! Variants (each with its own 1 GiB arena; fragments take no memory until written,
 //! and nothing writes them):
@@ -90,7 +90,7 @@ impl Experiment for PageFrag {
             "fragments per run (nr_test; module default 2000000, script 100000000)",
             nr_test,
         );
-        // Short runs, many rounds: a run lasts a tenth of a second or so, and this
+        // Short runs, many rounds: a run lasts a tenth to half a second, and this
         // host's speed drifts over seconds, so a round's two runs see the same
         // machine and the drift stays between rounds.
         let rounds = ctx.rounds;
