@@ -33,15 +33,16 @@
 //!
 //! Every wrapper's `alloc` and `free` is `#[inline(always)]`, so that a benchmark
 //! loop runs each allocator's calls as a user's loop that calls it directly does:
-//! inlined as far as the allocator's own crate lets them be. The wrappers are the
+//! inlined as far as the allocator's own crate lets them be (a loop that calls
+//! `alloc_pages`/`free_pages` itself gets them inlined). The wrappers are the
 //! harness's, not the allocators': left to the compiler's weighing inside the
 //! generic loops, the larger ones (zonealloc's, with its fast path inlined into
 //! the wrapper; frame-alloc's `free`; the `Mutex` peers') stayed out of line, a
 //! call and its register saves per allocation and per free that a direct call does
-//! not pay. (Measured on the Intel guest: a loop calling `alloc_pages`/`free_pages`
-//! directly, where they are inlined, walks the threads table's window at 66.5 M
-//! calls/s on one thread; the same walk through the out-of-line wrapper read
-//! 48–66 in quick runs, 66.6–68.9 once inlined.)
+//! not pay. (Three quick runs on the Intel guest, alternating with the build that
+//! left it to the compiler: zonealloc's hot pair took 0.70–0.80x the time and its
+//! one-thread walk made 1.14–1.58x the calls; the other rows moved as the bare
+//! `Vec`'s did.)
 //!
 //! This module is the experiments' unsafe island: the arena mappings (`mmap`), the
 //! peers' unsafe entry points (frees, pool set-up), and the C allocators' FFI.
