@@ -145,6 +145,9 @@ pub(crate) struct ListDelta {
     /// Pages freed onto the type's lists (a batch's own accounting; a single
     /// free's caller accounts its pages itself).
     pages: i64,
+    /// A block of at least the reporting order went onto a list: free page
+    /// reporting is told once, when the counts are stored.
+    report: bool,
 }
 
 impl ListDelta {
@@ -154,6 +157,7 @@ impl ListDelta {
             mt,
             n: [0; LIST_DELTA_ORDERS],
             pages: 0,
+            report: false,
         }
     }
 
@@ -208,6 +212,9 @@ impl ZoneLocked<'_> {
             let o = changed.trailing_zeros() as u8;
             changed &= changed - 1;
             self.count_list(Order(o), lists.mt, lists.n[o as usize] as i64);
+        }
+        if lists.report {
+            self.notify_report();
         }
         *d = d.with(lists.pages, lists.mt);
     }
@@ -595,7 +602,13 @@ impl ZoneLocked<'_> {
             idx = idx.min(b);
             order += 1;
         }
-        if merging && order < max {
+        // The first step up is tested here, so that a block whose buddy is not
+        // free (half of a shuffled free at pageblock order) makes no call.
+        if merging
+            && order < max
+            && t.word_any(((base + idx as u64) ^ (1u64 << order)).wrapping_sub(base))
+                == Word::buddy(Order(order))
+        {
             let (p, o) =
                 self.merge_across_pageblocks(t, Pfn(base + idx as u64), Order(order), d, lists);
             (idx, order) = (t.idx(p), o.0);
@@ -610,9 +623,7 @@ impl ZoneLocked<'_> {
             let q = ((p & !(1u64 << order)) ^ (2u64 << order)).wrapping_sub(base);
             tail |= t.word_any(q) == Word::buddy(Order(order + 1));
         }
-        if order >= self.area.report.order {
-            self.notify_report();
-        }
+        lists.report |= order >= self.area.report.order;
         let order = Order(order);
         self.push_free_in(t, Pfn(base + idx as u64), order, mt, tail);
         lists.add(order, 1);

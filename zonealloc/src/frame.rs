@@ -397,7 +397,8 @@ const _: () = assert!(
 /// The metadata of every frame of one zone, indexed by `pfn - zone_start_pfn`,
 /// in whole lines (the last line's entries past the zone are never used), then
 /// the sentinels of the zone's buddy lists on lines of their own (see
-/// `FreeList`): entry `sentinel(i)` is list `i`'s.
+/// `FreeList`): entry `sentinel(i)` is list `i`'s. Entry `idx` sits at `slot(idx)`:
+/// after every `SKEW_GROUP` entries the table leaves a line unused.
 pub(crate) struct FrameTable {
     lines: Box<[Line]>,
     /// Frames in the table.
@@ -421,7 +422,8 @@ impl FrameTable {
         if entries >= NIL as usize {
             return None;
         }
-        let n = entries.div_ceil(PER_LINE);
+        // Whole lines of entries, and the line each whole skew group leaves unused.
+        let n = entries.div_ceil(PER_LINE) + entries / SKEW_GROUP;
         let mut v = Vec::new();
         v.try_reserve_exact(n).ok()?;
         v.resize_with(n, || {
@@ -492,20 +494,26 @@ impl FrameTable {
     #[inline]
     #[allow(unsafe_code)]
     pub fn view(&self) -> Frames<'_> {
-        debug_assert!(self.len <= self.entries && self.entries <= self.lines.len() * PER_LINE);
+        debug_assert!(
+            self.len <= self.entries && slot(self.entries) <= self.lines.len() * PER_LINE
+        );
         // SAFETY: a `Line` is `repr(C)` with one field, an array of `PER_LINE`
         // `PageMeta`, and its size is exactly theirs (asserted above), so the
         // boxed lines are `lines.len() * PER_LINE` initialised, aligned `PageMeta`
         // one after another, from the pointer to the first line, which covers
-        // the whole allocation. `entries` is at most that many (`new` allocates
-        // `entries` rounded up to whole lines and nothing changes either). Only
-        // shared references are made, to atomics, borrowed from `self`.
+        // the whole allocation; the slice is exactly those. `new` allocates the
+        // lines `slot` places `entries` entries on, and nothing changes either.
+        // Only shared references are made, to atomics, borrowed from `self`.
         let metas = unsafe {
-            core::slice::from_raw_parts(self.lines.as_ptr().cast::<PageMeta>(), self.entries)
+            core::slice::from_raw_parts(
+                self.lines.as_ptr().cast::<PageMeta>(),
+                self.lines.len() * PER_LINE,
+            )
         };
         Frames {
             metas,
             nr: self.len,
+            entries: self.entries,
             base: self.base,
         }
     }
@@ -555,11 +563,32 @@ fn prefetch_read(p: *const u8) {
 /// to a frame (the compiler cannot tell that such a store leaves them alone).
 #[derive(Clone, Copy)]
 pub(crate) struct Frames<'a> {
-    /// Every entry: the frames, then padding and the lists' sentinels.
+    /// Every entry, each at its `slot`: the frames, then padding and the lists'
+    /// sentinels.
     metas: &'a [PageMeta],
-    /// Frames: `metas[..nr]`.
+    /// Frames: entries `..nr`.
     nr: usize,
+    /// Entries: frames, padding and sentinels.
+    entries: usize,
     base: u64,
+}
+
+/// Entries a skew group holds: the table leaves one line unused after each
+/// group, so that group `k`'s entries sit `k` lines further on than a plain
+/// array would put them.
+pub(crate) const SKEW_GROUP: usize = 512;
+
+/// Where entry `idx` sits in the table's lines: `idx` plus one line for each
+/// whole group before it. Without the skew the heads of pageblock-sized blocks,
+/// 512 entries of 16 bytes (8 KiB) apart, would all map to one set of a
+/// first-level cache whose ways are 4 KiB (64 sets of 64 bytes), which then
+/// holds as many of them as it has ways (12 on the development machine) however
+/// many the zone has: a merge at pageblock order missed on its buddy and its
+/// buddy's list neighbours. With it, consecutive groups fall in consecutive sets.
+/// A group is a whole number of lines, so the entries of a line stay together.
+#[inline(always)]
+const fn slot(idx: usize) -> usize {
+    idx + (idx / SKEW_GROUP) * PER_LINE
 }
 
 impl<'a> From<&'a FrameTable> for Frames<'a> {
@@ -579,7 +608,7 @@ impl<'a> Frames<'a> {
     /// Entry `idx`'s metadata: a frame's, or a list sentinel's.
     #[inline]
     fn meta(&self, idx: u32) -> &'a PageMeta {
-        &self.metas[idx as usize]
+        &self.metas[slot(idx as usize)]
     }
 
     /// Frame `idx`'s metadata, for its state word. A sentinel's word is `HOLE` and
@@ -602,7 +631,11 @@ impl<'a> Frames<'a> {
         let i = usize::try_from(pfn.0.wrapping_sub(self.base)).ok()?;
         // No subslice of the frames: under Miri a reference to a slice costs as
         // much as the slice is long, and this runs on every frame lookup.
-        self.metas.get(i).filter(|_| i < self.nr)
+        if i < self.nr {
+            self.metas.get(slot(i))
+        } else {
+            None
+        }
     }
 
     /// The state word of entry `idx` of the whole table (frames, padding and
@@ -614,7 +647,8 @@ impl<'a> Frames<'a> {
     pub fn word_any(&self, idx: u64) -> Word {
         usize::try_from(idx)
             .ok()
-            .and_then(|i| self.metas.get(i))
+            .filter(|&i| i < self.entries)
+            .and_then(|i| self.metas.get(slot(i)))
             .map_or(Word::HOLE, |m| Word(m.word.load(Ordering::Acquire)))
     }
 
@@ -672,10 +706,10 @@ impl<'a> Frames<'a> {
         if count == 0 {
             return;
         }
-        let end = (first as usize + ((count as usize - 1) << shift) + 1).min(self.nr);
-        let run = &self.metas[first as usize..end];
-        for m in run.iter().step_by(1 << shift) {
-            m.word.store(w.0, Ordering::Release);
+        for j in 0..count as usize {
+            self.meta((first as usize + (j << shift)) as u32)
+                .word
+                .store(w.0, Ordering::Release);
         }
     }
 
@@ -903,10 +937,40 @@ mod tests {
     #[cfg(not(loom))]
     fn a_zone_table_is_the_size_the_config_counts() {
         use crate::config::{zone_metadata_bytes, ZONE_LISTS};
-        for nr in [0usize, 1, 3, 4, 5, 255, 256, 1023] {
+        for nr in [0usize, 1, 3, 4, 5, 255, 256, 1023, 1024, 4096, 100_000] {
             let t = FrameTable::new(0, nr, ZONE_LISTS).unwrap();
             let bytes = core::mem::size_of_val(&*t.lines) as u64;
             assert_eq!(bytes, zone_metadata_bytes(nr as u64), "{nr} frames");
+        }
+    }
+
+    /// The skew gives every entry its own slot inside the table, keeps a
+    /// line's four entries on one line, and spreads the heads of 64 consecutive
+    /// pageblocks over all 64 sets of a cache with 4 KiB ways.
+    #[test]
+    fn skewed_slots_are_distinct_and_spread_pageblock_heads() {
+        let nr = 3 * SKEW_GROUP + 7;
+        let t = FrameTable::new(0, nr, 5).unwrap();
+        let slots = t.lines.len() * PER_LINE;
+        let mut seen = vec![false; slots];
+        for i in 0..t.entries {
+            let s = slot(i);
+            assert!(s < slots && !seen[s], "entry {i} at slot {s}");
+            seen[s] = true;
+            assert_eq!(s / PER_LINE, slot(i - i % PER_LINE) / PER_LINE);
+        }
+        let sets: std::collections::BTreeSet<usize> =
+            (0..64).map(|k| slot(k * 512) * 16 / 64 % 64).collect();
+        assert_eq!(sets.len(), 64);
+        // Every entry reached through a view is the one written.
+        let v = t.view();
+        for i in 0..nr as u32 {
+            v.set_word(i, Word::buddy(Order((i % 7) as u8)));
+            v.set_next(i, i ^ 1);
+        }
+        for i in 0..nr as u32 {
+            assert_eq!(v.word(i), Word::buddy(Order((i % 7) as u8)));
+            assert_eq!(v.next(i), i ^ 1);
         }
     }
 
