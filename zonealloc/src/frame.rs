@@ -22,8 +22,9 @@
 //!                  allocated order-0 page with one reference and the block's other
 //!                  flags, but only the head says so; its other frames stay `Tail`
 //!                  until a call on one page alone gives every page its own word
-//!  prev (u32):  table index of the previous entry on the list this head is on
-//!  next (u32):  table index of the next entry (NIL: none; off any list)
+//!  prev (u32):  table slot of the previous entry on the list this head is on
+//!               (where the entry sits in the table: see `FrameTable`)
+//!  next (u32):  table slot of the next entry (NIL: none; off any list)
 //! ```
 //!
 //! After the frames, on lines of their own, the table keeps one more entry for
@@ -418,8 +419,8 @@ impl FrameTable {
     pub fn new(base: u64, nr: usize, lists: usize) -> Option<FrameTable> {
         let sentinels = nr.checked_next_multiple_of(PER_LINE)?;
         let entries = sentinels.checked_add(lists)?;
-        // Entries past `u32` could not be linked (`NIL` is `u32::MAX`).
-        if entries >= NIL as usize {
+        // Entries whose slots pass `u32` could not be linked (`NIL` is `u32::MAX`).
+        if slot(entries) >= NIL as usize {
             return None;
         }
         // Whole lines of entries, and the line each whole skew group leaves unused.
@@ -725,25 +726,86 @@ impl<'a> Frames<'a> {
             .map_err(Word)
     }
 
+    /// The entry at table slot `s` (a link's value).
+    #[inline(always)]
+    fn at(&self, s: u32) -> &'a PageMeta {
+        &self.metas[s as usize]
+    }
+
+    /// The slot of entry `idx` (below `entries`), as links hold it.
+    #[inline(always)]
+    fn slot32(idx: u32) -> u32 {
+        slot(idx as usize) as u32
+    }
+
+    /// The entry at slot `s` (`NIL` stays `NIL`): `slot`'s inverse.
+    #[inline]
+    fn entry_at(s: u32) -> u32 {
+        if s == NIL {
+            NIL
+        } else {
+            s - s / (SKEW_GROUP + PER_LINE) as u32 * PER_LINE as u32
+        }
+    }
+
+    /// The slot a link to entry `v` holds (`NIL` stays `NIL`).
+    #[inline]
+    fn link_to(v: u32) -> u32 {
+        if v == NIL {
+            NIL
+        } else {
+            Self::slot32(v)
+        }
+    }
+
+    /// The entry after `idx` on its list, `NIL` if none.
     #[inline]
     pub fn next(&self, idx: u32) -> u32 {
         // Relaxed: links are only touched under the lock of the list (see module docs).
-        self.meta(idx).next.load(Ordering::Relaxed)
+        Self::entry_at(self.meta(idx).next.load(Ordering::Relaxed))
     }
 
+    /// The entry before `idx` on its list, `NIL` if none.
     #[inline]
     pub fn prev(&self, idx: u32) -> u32 {
-        self.meta(idx).prev.load(Ordering::Relaxed)
+        Self::entry_at(self.meta(idx).prev.load(Ordering::Relaxed))
     }
 
     #[inline]
     pub fn set_next(&self, idx: u32, v: u32) {
-        self.meta(idx).next.store(v, Ordering::Relaxed);
+        self.meta(idx)
+            .next
+            .store(Self::link_to(v), Ordering::Relaxed);
     }
 
     #[inline]
     pub fn set_prev(&self, idx: u32, v: u32) {
-        self.meta(idx).prev.store(v, Ordering::Relaxed);
+        self.meta(idx)
+            .prev
+            .store(Self::link_to(v), Ordering::Relaxed);
+    }
+
+    // The lists' own operations work on slots: a link holds its target's slot,
+    // so following one needs no arithmetic.
+
+    #[inline(always)]
+    fn next_at(&self, s: u32) -> u32 {
+        self.at(s).next.load(Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn prev_at(&self, s: u32) -> u32 {
+        self.at(s).prev.load(Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn set_next_at(&self, s: u32, v: u32) {
+        self.at(s).next.store(v, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    fn set_prev_at(&self, s: u32, v: u32) {
+        self.at(s).prev.store(v, Ordering::Relaxed);
     }
 }
 
@@ -773,12 +835,13 @@ impl FrameList {
     #[inline]
     pub fn push_head<'a>(&mut self, t: impl Into<Frames<'a>>, idx: u32) {
         let t = t.into();
-        t.set_prev(idx, NIL);
-        t.set_next(idx, self.head);
+        let i = Frames::slot32(idx);
+        t.set_prev_at(i, NIL);
+        t.set_next_at(i, Frames::link_to(self.head));
         if self.head == NIL {
             self.tail = idx;
         } else {
-            t.set_prev(self.head, idx);
+            t.set_prev_at(Frames::slot32(self.head), i);
         }
         self.head = idx;
     }
@@ -786,12 +849,13 @@ impl FrameList {
     #[inline]
     pub fn push_tail<'a>(&mut self, t: impl Into<Frames<'a>>, idx: u32) {
         let t = t.into();
-        t.set_next(idx, NIL);
-        t.set_prev(idx, self.tail);
+        let i = Frames::slot32(idx);
+        t.set_next_at(i, NIL);
+        t.set_prev_at(i, Frames::link_to(self.tail));
         if self.tail == NIL {
             self.head = idx;
         } else {
-            t.set_next(self.tail, idx);
+            t.set_next_at(Frames::slot32(self.tail), i);
         }
         self.tail = idx;
     }
@@ -799,22 +863,23 @@ impl FrameList {
     #[inline]
     pub fn unlink<'a>(&mut self, t: impl Into<Frames<'a>>, idx: u32) {
         let t = t.into();
-        let p = t.prev(idx);
-        let n = t.next(idx);
+        let i = Frames::slot32(idx);
+        let p = t.prev_at(i);
+        let n = t.next_at(i);
         if p == NIL {
             debug_assert_eq!(self.head, idx);
-            self.head = n;
+            self.head = Frames::entry_at(n);
         } else {
-            t.set_next(p, n);
+            t.set_next_at(p, n);
         }
         if n == NIL {
             debug_assert_eq!(self.tail, idx);
-            self.tail = p;
+            self.tail = Frames::entry_at(p);
         } else {
-            t.set_prev(n, p);
+            t.set_prev_at(n, p);
         }
-        t.set_prev(idx, NIL);
-        t.set_next(idx, NIL);
+        t.set_prev_at(i, NIL);
+        t.set_next_at(i, NIL);
     }
 
     /// Iterates the heads on the list, first to last.
@@ -860,30 +925,33 @@ impl FreeList {
 
     #[inline]
     pub fn is_empty(self, t: Frames<'_>) -> bool {
-        t.next(self.sentinel) == self.sentinel
+        let s = Frames::slot32(self.sentinel);
+        t.next_at(s) == s
     }
 
     /// The first block's head, if any.
     #[inline]
     pub fn first(self, t: Frames<'_>) -> Option<u32> {
-        let n = t.next(self.sentinel);
-        (n != self.sentinel).then_some(n)
+        let s = Frames::slot32(self.sentinel);
+        let n = t.next_at(s);
+        (n != s).then(|| Frames::entry_at(n))
     }
 
     /// Adds `idx` at the tail when `tail`, else at the head.
     #[inline]
     pub fn push(self, t: Frames<'_>, idx: u32, tail: bool) {
-        let s = self.sentinel;
+        let s = Frames::slot32(self.sentinel);
+        let i = Frames::slot32(idx);
         // Both of the sentinel's links are read (one line) and one is chosen, so
         // that the choice is a select, not a branch: `buddy_merge_likely()`'s
         // answer is a coin toss in a shuffled free.
-        let (last, first) = (t.prev(s), t.next(s));
+        let (last, first) = (t.prev_at(s), t.next_at(s));
         let p = if tail { last } else { s };
         let n = if tail { s } else { first };
-        t.set_prev(idx, p);
-        t.set_next(idx, n);
-        t.set_next(p, idx);
-        t.set_prev(n, idx);
+        t.set_prev_at(i, p);
+        t.set_next_at(i, n);
+        t.set_next_at(p, i);
+        t.set_prev_at(n, i);
     }
 
     /// Takes `idx` off the list it is on: only its neighbours' links change, the
@@ -892,12 +960,13 @@ impl FreeList {
     /// known.
     #[inline(always)]
     pub fn unlink(t: Frames<'_>, idx: u32) {
-        let p = t.prev(idx);
-        let n = t.next(idx);
-        t.set_next(p, n);
-        t.set_prev(n, p);
-        t.set_prev(idx, NIL);
-        t.set_next(idx, NIL);
+        let i = Frames::slot32(idx);
+        let p = t.prev_at(i);
+        let n = t.next_at(i);
+        t.set_next_at(p, n);
+        t.set_prev_at(n, p);
+        t.set_prev_at(i, NIL);
+        t.set_next_at(i, NIL);
     }
 
     /// Iterates the heads on the list, first to last.
@@ -972,6 +1041,29 @@ mod tests {
             assert_eq!(v.word(i), Word::buddy(Order((i % 7) as u8)));
             assert_eq!(v.next(i), i ^ 1);
         }
+        // Links hold slots; the lists answer in entries, across groups too.
+        for i in 0..t.entries as u32 {
+            assert_eq!(Frames::entry_at(Frames::slot32(i)), i);
+        }
+        assert_eq!(Frames::entry_at(Frames::link_to(NIL)), NIL);
+        let last = nr as u32 - 1;
+        let l = FreeList::new(&t, 4);
+        for (k, h) in [0u32, 511, 512, 1030, last].into_iter().enumerate() {
+            l.push(v, h, k % 2 == 1);
+        }
+        assert_eq!(l.iter(&t).collect::<Vec<_>>(), [last, 512, 0, 511, 1030]);
+        assert_eq!(l.first(v), Some(last));
+        FreeList::unlink(v, 512);
+        assert_eq!(l.iter(&t).collect::<Vec<_>>(), [last, 0, 511, 1030]);
+        let mut pl = FrameList::EMPTY;
+        for h in [1u32, 513, 1031, last - 1] {
+            pl.push_tail(&t, h);
+        }
+        pl.unlink(&t, 1);
+        pl.unlink(&t, last - 1);
+        assert_eq!(pl.iter(&t).collect::<Vec<_>>(), [513, 1031]);
+        assert_eq!((pl.head, pl.tail), (513, 1031));
+        assert_eq!((v.prev(513), v.next(1031), v.next(1)), (NIL, NIL, NIL));
     }
 
     /// The merge loop compares `word_any` past the frames with a free head's

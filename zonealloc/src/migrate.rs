@@ -255,7 +255,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let target =
             Word::alloc_flagged(order, Migratetype::Movable, FLAG_ISOLATED | FLAG_MIGRATING)
                 .with_refcount(MIGRATING_BASE);
-        let link = z.frames.next(z.idx(new));
+        let link = z.frames.migration_link(z.idx(new));
         z.frames.set_migration_link(z.idx(new), z.idx(old));
         z.frames.set_word(z.idx(new), target);
         let copy = |from: Pfn, to: Pfn, nr: u64| self.backend.copy_pages(from, to, nr);
