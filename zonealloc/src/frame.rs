@@ -699,18 +699,17 @@ impl<'a> Frames<'a> {
     }
 
     /// Sets the state words of the `count` frames `first`, `first + 2^shift`, ...
-    /// (the heads of a run of blocks of order `shift`): one bounds check for the
-    /// run, not one a frame. Caller owns the frames' states, as for `set_word`.
+    /// (the heads of a run of blocks of order `shift`); none past the frames.
+    /// Caller owns the frames' states, as for `set_word`.
     #[inline]
     pub fn set_words(&self, first: u32, count: u32, shift: u8, w: Word) {
         debug_assert!(count == 0 || (first as usize + ((count as usize - 1) << shift)) < self.nr);
-        if count == 0 {
-            return;
-        }
         for j in 0..count as usize {
-            self.meta((first as usize + (j << shift)) as u32)
-                .word
-                .store(w.0, Ordering::Release);
+            let i = first as usize + (j << shift);
+            if i >= self.nr {
+                break;
+            }
+            self.metas[slot(i)].word.store(w.0, Ordering::Release);
         }
     }
 
@@ -1064,6 +1063,20 @@ mod tests {
         assert_eq!(pl.iter(&t).collect::<Vec<_>>(), [513, 1031]);
         assert_eq!((pl.head, pl.tail), (513, 1031));
         assert_eq!((v.prev(513), v.next(1031), v.next(1)), (NIL, NIL, NIL));
+        // A run of heads across a group's end, and one cut at the last frame.
+        v.set_words(508, 3, 2, Word::pcp(Order(2), 1));
+        for i in [508, 512, 516] {
+            assert_eq!(v.word(i), Word::pcp(Order(2), 1));
+        }
+        assert_eq!(v.word(509), Word::buddy(Order((509 % 7) as u8)));
+        if !cfg!(debug_assertions) {
+            // The run's second head would be padding: nothing past the frames
+            // changes (debug builds refuse the call instead).
+            v.set_words(last - 1, 4, 1, Word::pcp(Order(1), 0));
+            assert_eq!(v.word(last - 1), Word::pcp(Order(1), 0));
+            assert_eq!(v.word_any(nr as u64), Word::TAIL);
+            assert_eq!(v.word_any(t.sentinels as u64 + 1), Word::HOLE);
+        }
     }
 
     /// The merge loop compares `word_any` past the frames with a free head's
