@@ -126,8 +126,8 @@ fn zone_type_named(name: &str) -> Option<ZoneType> {
 }
 
 impl ZoneLayout {
-    /// The machine of `../shared/traces` (Linux 6.18, x86-64, 2 CPUs), from its
-    /// zoneinfo: DMA, DMA32 and Normal on node 0.
+    /// The machine of `traces/linux-6.18-cargo-build` (Linux 6.18, x86-64, 2 CPUs),
+    /// from its zoneinfo: DMA, DMA32 and Normal on node 0.
     pub fn linux_6_18_trace_machine() -> ZoneLayout {
         let z = |zone_type, start_pfn, spanned, present, managed, pcp: [u64; 2], high: [u64; 2]| {
             ZoneSpec {

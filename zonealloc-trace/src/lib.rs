@@ -20,7 +20,7 @@
 //! use zonealloc_trace::replay::{self, ReplayOptions};
 //!
 //! let report = replay::run(
-//!     Path::new("../shared/traces/linux-6.18-cargo-build.perf.txt.xz"),
+//!     Path::new("traces/linux-6.18-cargo-build/linux-6.18-cargo-build.perf.txt.xz"),
 //!     &ReplayOptions::default(),
 //! )
 //! .unwrap();

@@ -1,4 +1,4 @@
-//! The README's main job (until the benchmark suite exists): a tour of zonealloc over
+//! The demo (`cargo run --release --example demo`): a tour of zonealloc over
 //! real memory, then a measurement of what building an allocator costs.
 //!
 //! Part 1 maps a 64 MiB arena, allocates blocks of orders 0..=4 and all three ordinary

@@ -1,8 +1,8 @@
 //! `replay`: a real kernel's page allocations and frees replayed into zonealloc and
 //! the peers that can serve them.
 //!
-//! The trace (reference: shared/traces/README.md) is the first 400,000 page-allocator
-//! tracepoint hits of a Linux 6.18 machine with 2 CPUs building a Rust program.
+//! The trace (`traces/linux-6.18-cargo-build/`, described in traces/README.md) is the
+//! first 400,000 page-allocator tracepoint hits of a Linux 6.18 machine with 2 CPUs building a Rust program.
 //! zonealloc-trace's parser reads it (xz, `perf script` text) into records; this
 //! module turns the records into a flat list of operations, once and untimed:
 //!
@@ -64,9 +64,8 @@ use crate::harness::{secs_since, Ctx, Metric, Samples, Table, VariantId, Variant
 /// The experiment.
 pub struct Replay;
 
-/// The trace, relative to the workspace's parent (where `shared/` sits beside the
-/// repository) or absolute.
-const TRACE_NAME: &str = "shared/traces/linux-6.18-cargo-build.perf.txt.xz";
+/// The trace, relative to the workspace's root (the repository keeps it).
+const TRACE_NAME: &str = "traces/linux-6.18-cargo-build/linux-6.18-cargo-build.perf.txt.xz";
 
 impl Experiment for Replay {
     fn name(&self) -> &'static str {
@@ -82,8 +81,8 @@ impl Experiment for Replay {
         let mut res = ExperimentResult::new(self);
         let Some(path) = trace_path() else {
             res.notes.push(format!(
-                "trace not found (set ZONEALLOC_TRACE, or put {TRACE_NAME} beside the \
-                 repository): nothing measured"
+                "trace not found (set ZONEALLOC_TRACE, or run from a checkout that has \
+                 {TRACE_NAME}): nothing measured"
             ));
             return res;
         };
@@ -124,15 +123,16 @@ impl Experiment for Replay {
     }
 }
 
-/// `$ZONEALLOC_TRACE`, else the trace in the `shared/` folder beside the checkout.
+/// `$ZONEALLOC_TRACE`, else the repository's trace: in the workspace this binary was
+/// built from, or (a binary moved elsewhere) under the current directory.
 fn trace_path() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("ZONEALLOC_TRACE") {
         return Some(PathBuf::from(p));
     }
-    let beside = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(TRACE_NAME);
-    beside.is_file().then_some(beside)
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    [workspace.join(TRACE_NAME), PathBuf::from(TRACE_NAME)]
+        .into_iter()
+        .find(|p| p.is_file())
 }
 
 // -----------------------------------------------------------------------------
