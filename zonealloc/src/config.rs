@@ -13,6 +13,11 @@ use crate::types::{
     Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT, MIGRATE_TYPES, NR_ORDERS_MAX,
 };
 
+/// A node's distance to itself (`LOCAL_DISTANCE`).
+pub const LOCAL_DISTANCE: u8 = 10;
+/// A node's distance to another when no table says (`REMOTE_DISTANCE`).
+pub const REMOTE_DISTANCE: u8 = 20;
+
 /// Largest `min_free_kbytes` accepted: Linux's sysctl is an `int`.
 pub const MIN_FREE_KBYTES_MAX: u64 = i32::MAX as u64;
 
@@ -117,6 +122,28 @@ pub struct Config {
     /// anything, and with `std` a hook that panics reads as CPU 0 (the panic is
     /// caught after the panic hook has reported it), so no call is left half done.
     pub cpu_id: Option<fn() -> usize>,
+    /// The machine the allocator runs on, for a kernel or any host whose code can
+    /// be interrupted by code that allocates (see `Platform`): every allocator
+    /// lock is then taken with interrupts disabled through it, and it names the
+    /// current CPU (before `cpu_id`). `None` (the default): no interrupt guard,
+    /// the CPU from the operating system.
+    pub platform: Option<&'static dyn crate::platform::Platform>,
+    /// The node of each CPU (`cpu_to_node()`), indexed by CPU; a CPU past the end
+    /// is on node 0. Empty (the default): every CPU on node 0. `alloc_pages` starts
+    /// from the calling CPU's node (`numa_node_id()`).
+    pub cpu_to_node: Vec<u16>,
+    /// Distances between nodes (the ACPI SLIT's matrix, or
+    /// `/sys/devices/system/node/node*/distance`): `node_distance[a][b]` from node
+    /// `a` to node `b`. Zonelists try nodes nearest first (ties by node number).
+    /// Empty, or a missing entry: Linux's defaults, 10 to itself and 20 to any
+    /// other node.
+    pub node_distance: Vec<Vec<u8>>,
+    /// Ranges `(start, nr_pages)` of present memory that start out reserved, owned
+    /// by whoever built the allocator (memblock's reserved regions: the kernel
+    /// image, boot structures, firmware tables): counted in a zone's present pages
+    /// but not its managed ones, until `free_reserved_area` gives them to the
+    /// allocator.
+    pub reserved: Vec<(Pfn, u64)>,
     /// How fragment blocks return when their last fragment is freed.
     pub frag_free_path: FragFreePath,
     /// Debug modes: poisoning, init-on-alloc/free.
@@ -152,6 +179,10 @@ impl Default for Config {
             nr_cpus: default_nr_cpus(),
             pcp: PcpConfig::default(),
             cpu_id: None,
+            platform: None,
+            cpu_to_node: Vec::new(),
+            node_distance: Vec::new(),
+            reserved: Vec::new(),
             frag_free_path: FragFreePath::default(),
             debug: DebugConfig::default(),
             metadata_limit_bytes: None,
@@ -320,6 +351,8 @@ impl Config {
             return Err(ConfigError::NoMemory);
         }
         self.validate_cma()?;
+        self.validate_numa()?;
+        self.validate_reserved()?;
         let bytes = self.metadata_bytes();
         if self.metadata_limit_bytes.is_some_and(|l| bytes > l) {
             return Err(ConfigError::Metadata { bytes });
@@ -329,6 +362,79 @@ impl Config {
 }
 
 impl Config {
+    /// `cpu_to_node` within the nodes; `node_distance` square over them, 10 on the
+    /// diagonal (`LOCAL_DISTANCE`) and more than 10 off it, as the SLIT requires.
+    fn validate_numa(&self) -> Result<(), ConfigError> {
+        let n = self.nodes.len();
+        if self.cpu_to_node.iter().any(|&nid| nid as usize >= n) {
+            return Err(ConfigError::Numa(
+                "cpu_to_node names a node that does not exist",
+            ));
+        }
+        if self.node_distance.is_empty() {
+            return Ok(());
+        }
+        if self.node_distance.len() != n || self.node_distance.iter().any(|r| r.len() != n) {
+            return Err(ConfigError::Numa(
+                "node_distance is not one row and column per node",
+            ));
+        }
+        for (a, row) in self.node_distance.iter().enumerate() {
+            for (b, &d) in row.iter().enumerate() {
+                if (a == b) != (d == LOCAL_DISTANCE) || d < LOCAL_DISTANCE {
+                    return Err(ConfigError::Numa(
+                        "node_distance: 10 to a node itself, more than 10 to any other",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The distance from node `a` to node `b` (`node_distance()`): the table's, or
+    /// 10 to itself and 20 to any other.
+    pub fn distance(&self, a: u16, b: u16) -> u8 {
+        self.node_distance
+            .get(a as usize)
+            .and_then(|r| r.get(b as usize))
+            .copied()
+            .unwrap_or(if a == b {
+                LOCAL_DISTANCE
+            } else {
+                REMOTE_DISTANCE
+            })
+    }
+
+    /// The node of CPU `cpu` (`cpu_to_node()`): the table's entry, or node 0.
+    pub fn node_of_cpu(&self, cpu: usize) -> u16 {
+        self.cpu_to_node.get(cpu).copied().unwrap_or(0)
+    }
+
+    /// Each reserved range inside one zone and clear of its holes.
+    fn validate_reserved(&self) -> Result<(), ConfigError> {
+        for &(start, nr) in &self.reserved {
+            let end = start
+                .0
+                .checked_add(nr)
+                .ok_or(ConfigError::Reserved(start))?;
+            let zone = self
+                .nodes
+                .iter()
+                .flat_map(|n| n.zones.iter())
+                .find(|z| z.start_pfn <= start && start < z.end_pfn());
+            match zone {
+                Some(z)
+                    if end <= z.end_pfn().0
+                        && !z
+                            .holes
+                            .iter()
+                            .any(|&(h, n)| h.0 < end && start.0 < h.0.saturating_add(n)) => {}
+                _ => return Err(ConfigError::Reserved(start)),
+            }
+        }
+        Ok(())
+    }
+
     /// Each CMA area: whole pageblocks inside one zone, clear of its holes and of
     /// the other areas (Linux's `cma_init_reserved_mem()` and
     /// `cma_activate_area()` checks).
@@ -452,6 +558,12 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// `cpu_to_node` names a node that does not exist, or `node_distance` is not
+    /// a square matrix over the nodes with 10 on its diagonal and more elsewhere.
+    Numa(&'static str),
+    /// A reserved range (`Config::reserved`) that is not present memory of one
+    /// zone: outside every zone, across a zone's end, or over a hole.
+    Reserved(Pfn),
     /// The per-frame metadata (16 bytes a frame, plus a byte a pageblock) could not
     /// be allocated: more than the address space or the machine can give.
     Metadata {
@@ -495,6 +607,10 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::Pcp(name, v) => write!(f, "pcp.{name} {v} out of range"),
             ConfigError::Cma { area, why } => write!(f, "CMA area {area}: {why}"),
+            ConfigError::Numa(why) => write!(f, "NUMA topology: {why}"),
+            ConfigError::Reserved(p) => {
+                write!(f, "reserved range at {p}: not present memory of one zone")
+            }
             ConfigError::Metadata { bytes } => {
                 write!(f, "cannot allocate {bytes} bytes of frame metadata")
             }

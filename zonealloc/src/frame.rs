@@ -79,8 +79,10 @@
 //! The links are written with relaxed stores: they are read and written only by the
 //! holder of the lock of the list the frame is on, which orders them.
 
-use alloc::boxed::Box;
 use alloc::vec::Vec;
+use core::ptr::NonNull;
+
+use crate::memmap::SECTION_FRAMES;
 
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::types::{Migratetype, Order, Pfn};
@@ -400,8 +402,17 @@ const _: () = assert!(
 /// the sentinels of the zone's buddy lists on lines of their own (see
 /// `FreeList`): entry `sentinel(i)` is list `i`'s. Entry `idx` sits at `slot(idx)`:
 /// after every `SKEW_GROUP` entries the table leaves a line unused.
+///
+/// The lines are one run of address space (see `memmap`): only the sections
+/// that hold present frames, and the last lines (padding and sentinels), are
+/// backed by memory. The rest reads as zeroes, a hole's word, and nothing writes
+/// it: every writer works on a present frame.
 pub(crate) struct FrameTable {
-    lines: Box<[Line]>,
+    lines: NonNull<Line>,
+    /// Lines in the run (backed or not).
+    nr_lines: usize,
+    /// Who owns the run, and how it is given back.
+    storage: Storage,
     /// Frames in the table.
     len: usize,
     /// Index of the first sentinel: `len` rounded up to whole lines.
@@ -410,38 +421,201 @@ pub(crate) struct FrameTable {
     entries: usize,
     /// The zone's first frame number: frame `idx` is `base + idx`.
     base: u64,
+    /// Bytes of the run backed by memory (a heap table counts whole).
+    backed: usize,
+    /// One bit a section (counted from the one holding `base`): backed.
+    populated: alloc::boxed::Box<[u64]>,
+}
+
+// SAFETY: the table is lines of atomics, shared by reference only; the storage
+// is owned by the table (or `'static`) and freed only on drop.
+#[allow(unsafe_code)]
+unsafe impl Send for FrameTable {}
+// SAFETY: as above: every access goes through the atomics.
+#[allow(unsafe_code)]
+unsafe impl Sync for FrameTable {}
+
+/// Where a table's lines come from, and how they are given back.
+enum Storage {
+    /// Lines built one by one (loom's atomics cannot start as zeroed memory).
+    #[cfg(loom)]
+    Boxed(alloc::boxed::Box<[Line]>),
+    /// Zeroed memory from the global heap, the whole run backed.
+    #[cfg(not(loom))]
+    Heap(core::alloc::Layout),
+    /// A `MemMap`'s reservation, never given back.
+    #[cfg(not(loom))]
+    Given,
+    /// An anonymous mapping of the whole run, `PROT_READ` but over the backed
+    /// parts; unmapped on drop.
+    #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
+    Mapped,
+}
+
+/// Where a zone's frame table gets its memory (see `memmap`).
+pub(crate) enum TableSource<'a> {
+    /// The allocator's own: a sparse anonymous mapping with `std` on Linux, else
+    /// the global heap.
+    Own,
+    /// The caller's `MemMap`.
+    Given(&'a mut dyn crate::memmap::MemMap),
+}
+
+/// The geometry of a table of `nr` frames and `lists` sentinels: (sentinels'
+/// first index, entries, lines), `None` when its slots would pass `u32`.
+fn geometry(nr: usize, lists: usize) -> Option<(usize, usize, usize)> {
+    let sentinels = nr.checked_next_multiple_of(PER_LINE)?;
+    let entries = sentinels.checked_add(lists)?;
+    // Entries whose slots pass `u32` could not be linked (`NIL` is `u32::MAX`).
+    if slot(entries) >= NIL as usize {
+        return None;
+    }
+    // Whole lines of entries, and the line each whole skew group leaves unused.
+    let lines = entries.div_ceil(PER_LINE) + entries / SKEW_GROUP;
+    Some((sentinels, entries, lines))
+}
+
+/// The table entries of section `k` of a table of `nr` frames from `base`
+/// (sections counted from the one holding `base`), clipped to the frames.
+fn section_entries(base: u64, nr: usize, k: usize) -> (usize, usize) {
+    let first_section = base / SECTION_FRAMES;
+    let start = ((first_section + k as u64) * SECTION_FRAMES).saturating_sub(base);
+    let end = ((first_section + k as u64 + 1) * SECTION_FRAMES - base).min(nr as u64);
+    (start as usize, end as usize)
+}
+
+/// The bytes of the run that entries `[first, end)` occupy, in whole lines.
+fn entry_bytes(first: usize, end: usize) -> (usize, usize) {
+    let line = core::mem::size_of::<Line>();
+    (
+        slot(first) / PER_LINE * line,
+        (slot(end - 1) / PER_LINE + 1) * line,
+    )
+}
+
+/// Sections of a table of `nr` frames from `base`.
+fn nr_sections(base: u64, nr: usize) -> usize {
+    if nr == 0 {
+        return 0;
+    }
+    ((base + nr as u64 - 1) / SECTION_FRAMES - base / SECTION_FRAMES + 1) as usize
+}
+
+/// The first entry of the table's tail: the last line of frames (with the
+/// padding after the last frame), then the sentinels; always backed.
+fn tail_first(sentinels: usize) -> usize {
+    sentinels.saturating_sub(PER_LINE)
+}
+
+/// Bytes of memory a zone's table of `nr` frames from `base` backs when its
+/// present frames are `present` (sorted, disjoint absolute ranges): the sections
+/// holding present frames and the tail (see `FrameTable::build`), or with
+/// `whole` (a heap table) all of it. Saturating.
+pub(crate) fn table_backed_bytes(base: u64, nr: u64, present: &[(u64, u64)], whole: bool) -> u64 {
+    let Some((sentinels, entries, lines)) = usize::try_from(nr)
+        .ok()
+        .and_then(|nr| geometry(nr, crate::config::ZONE_LISTS))
+    else {
+        return crate::config::zone_metadata_bytes(nr);
+    };
+    let nr = nr as usize;
+    if whole {
+        return (lines * core::mem::size_of::<Line>()) as u64;
+    }
+    let (tail, end) = entry_bytes(tail_first(sentinels), entries);
+    let mut bytes = (end - tail) as u64;
+    let mut last = usize::MAX;
+    for (a, b) in crate::memmap::populated_runs(base, nr as u64, present) {
+        let first_k = ((base + a) / SECTION_FRAMES - base / SECTION_FRAMES) as usize;
+        let end_k = ((base + b - 1) / SECTION_FRAMES - base / SECTION_FRAMES) as usize + 1;
+        for k in first_k..end_k {
+            if k == last {
+                continue;
+            }
+            last = k;
+            let (s, e) = section_entries(base, nr, k);
+            let (from, to) = entry_bytes(s, e);
+            bytes += (to - from) as u64;
+        }
+    }
+    bytes
 }
 
 impl FrameTable {
-    /// A table of `nr` frames from frame number `base`, all in state `Tail` with
-    /// no links, and `lists` sentinels, each an empty list; `None` if the memory
-    /// for it cannot be had (the allocation is fallible, not an abort).
+    /// A table of `nr` frames from frame number `base`, all present, in state
+    /// `Tail` with no links, and `lists` sentinels, each an empty list, from the
+    /// allocator's own memory; `None` if the memory cannot be had.
     pub fn new(base: u64, nr: usize, lists: usize) -> Option<FrameTable> {
-        let sentinels = nr.checked_next_multiple_of(PER_LINE)?;
-        let entries = sentinels.checked_add(lists)?;
-        // Entries whose slots pass `u32` could not be linked (`NIL` is `u32::MAX`).
-        if slot(entries) >= NIL as usize {
-            return None;
-        }
-        // Whole lines of entries, and the line each whole skew group leaves unused.
-        let n = entries.div_ceil(PER_LINE) + entries / SKEW_GROUP;
-        let mut v = Vec::new();
-        v.try_reserve_exact(n).ok()?;
-        v.resize_with(n, || {
-            Line(core::array::from_fn(|_| PageMeta {
-                word: AtomicU64::new(Word::TAIL.0),
-                prev: AtomicU32::new(NIL),
-                next: AtomicU32::new(NIL),
-            }))
-        });
-        let table = FrameTable {
-            lines: v.into_boxed_slice(),
+        let all = [(base, base + nr as u64)];
+        FrameTable::build(base, nr, lists, &all, &mut TableSource::Own)
+    }
+
+    /// A table of `nr` frames from frame number `base`: the frames in `present`
+    /// (sorted, disjoint absolute ranges `(start, end)`) in state `Tail` with no
+    /// links, every other frame a hole (`Word::HOLE`), and `lists` sentinels, each
+    /// an empty list. Only the sections holding present frames are backed (see
+    /// `memmap`), except from the heap, which backs the whole table. `None` if the
+    /// memory cannot be had (every source is fallible, never an abort).
+    pub fn build(
+        base: u64,
+        nr: usize,
+        lists: usize,
+        present: &[(u64, u64)],
+        src: &mut TableSource<'_>,
+    ) -> Option<FrameTable> {
+        let (sentinels, entries, nr_lines) = geometry(nr, lists)?;
+        let (lines, storage) = Self::reserve(nr_lines, src)?;
+        let words = nr_sections(base, nr).div_ceil(64);
+        let mut populated = Vec::new();
+        populated.try_reserve_exact(words).ok()?;
+        populated.resize(words, 0u64);
+        let mut table = FrameTable {
+            lines,
+            nr_lines,
+            storage,
             len: nr,
             sentinels,
             entries,
             base,
+            backed: 0,
+            populated: populated.into_boxed_slice(),
         };
+        // Back the tail, and the sections that hold present frames.
+        let (tail, end) = entry_bytes(tail_first(sentinels), entries);
+        if !table.populate(tail, end, src) {
+            return None;
+        }
+        table.backed = end - tail;
+        for (a, b) in crate::memmap::populated_runs(base, nr as u64, present) {
+            if !table.populate_sections(a as usize, b as usize, src) {
+                return None;
+            }
+        }
+        // Present frames take `Tail` with no links; the rest of a backed section
+        // keeps (or, under loom, takes) the hole's zeroes, with no links.
         let t = table.view();
+        let mut covered = 0usize;
+        let init = |from: usize, to: usize, w: Word| {
+            for i in from..to {
+                let m = t.meta(i as u32);
+                m.word.store(w.0, Ordering::Relaxed);
+                m.prev.store(NIL, Ordering::Relaxed);
+                m.next.store(NIL, Ordering::Relaxed);
+            }
+        };
+        for (a, b) in crate::memmap::populated_runs(base, nr as u64, present) {
+            let (a, b) = (a as usize, b as usize);
+            init(a.max(covered), b, Word::HOLE);
+            covered = covered.max(b);
+        }
+        for &(s, e) in present {
+            let (s, e) = (s.max(base), e.min(base + nr as u64));
+            if s < e {
+                init((s - base) as usize, (e - base) as usize, Word::TAIL);
+            }
+        }
+        // Padding after the last frame reads as a tail, as it always has.
+        init(nr, sentinels, Word::TAIL);
         for i in 0..lists {
             let s = table.sentinel(i);
             t.meta(s).word.store(Word::HOLE.0, Ordering::Relaxed);
@@ -449,6 +623,148 @@ impl FrameTable {
             t.set_next(s, s);
         }
         Some(table)
+    }
+
+    /// Address space for `nr_lines` lines from `src`, reading as zeroes (built
+    /// entries under loom).
+    #[allow(unsafe_code)]
+    fn reserve(nr_lines: usize, src: &mut TableSource<'_>) -> Option<(NonNull<Line>, Storage)> {
+        #[cfg(loom)]
+        {
+            let _ = src;
+            let mut v = Vec::new();
+            v.try_reserve_exact(nr_lines).ok()?;
+            v.resize_with(nr_lines, || {
+                Line(core::array::from_fn(|_| PageMeta {
+                    word: AtomicU64::new(Word::HOLE.0),
+                    prev: AtomicU32::new(NIL),
+                    next: AtomicU32::new(NIL),
+                }))
+            });
+            let mut b = v.into_boxed_slice();
+            let p = NonNull::new(b.as_mut_ptr())?;
+            Some((p, Storage::Boxed(b)))
+        }
+        #[cfg(not(loom))]
+        {
+            let bytes = nr_lines
+                .checked_mul(core::mem::size_of::<Line>())?
+                .max(4096);
+            match src {
+                TableSource::Given(m) => {
+                    let p = m.reserve(bytes)?;
+                    debug_assert!(p.as_ptr() as usize % 4096 == 0);
+                    Some((p.cast(), Storage::Given))
+                }
+                TableSource::Own => {
+                    #[cfg(all(feature = "std", target_os = "linux", not(miri)))]
+                    {
+                        // SAFETY: a fresh anonymous mapping; no address is given.
+                        let p = unsafe {
+                            libc::mmap(
+                                core::ptr::null_mut(),
+                                bytes,
+                                libc::PROT_READ,
+                                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                                -1,
+                                0,
+                            )
+                        };
+                        if p == libc::MAP_FAILED {
+                            return None;
+                        }
+                        Some((NonNull::new(p.cast())?, Storage::Mapped))
+                    }
+                    #[cfg(not(all(feature = "std", target_os = "linux", not(miri))))]
+                    {
+                        let layout = core::alloc::Layout::from_size_align(bytes, 4096).ok()?;
+                        // SAFETY: the layout's size is non-zero (at least 4096).
+                        let p = unsafe { alloc::alloc::alloc_zeroed(layout) };
+                        Some((NonNull::new(p.cast())?, Storage::Heap(layout)))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Backs bytes `[from, to)` of the run with writable memory.
+    #[allow(unsafe_code)]
+    fn populate(&mut self, from: usize, to: usize, src: &mut TableSource<'_>) -> bool {
+        let Some(start) = NonNull::new(self.lines.as_ptr().cast::<u8>().wrapping_add(from)) else {
+            return false;
+        };
+        match (&self.storage, src) {
+            #[cfg(not(loom))]
+            (Storage::Given, TableSource::Given(m)) => m.populate(start, to - from),
+            #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
+            (Storage::Mapped, _) => {
+                let first = from / 4096 * 4096;
+                let end = to.next_multiple_of(4096);
+                // SAFETY: `[first, end)` lies inside our own mapping (the run is
+                // a whole number of 4096-byte pages, at least one).
+                let r = unsafe {
+                    libc::mprotect(
+                        self.lines.as_ptr().cast::<u8>().add(first).cast(),
+                        end - first,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                    )
+                };
+                r == 0
+            }
+            _ => true,
+        }
+    }
+
+    /// Bytes of the table backed by memory (see `memmap`); a heap table counts
+    /// whole.
+    pub fn backed_bytes(&self) -> usize {
+        match self.storage {
+            #[cfg(not(loom))]
+            Storage::Heap(_) => self.nr_lines * core::mem::size_of::<Line>(),
+            _ => self.backed,
+        }
+    }
+
+    /// Backs the sections holding table entries `[first, end)` that are not
+    /// backed yet.
+    fn populate_sections(&mut self, first: usize, end: usize, src: &mut TableSource<'_>) -> bool {
+        if first >= end {
+            return true;
+        }
+        let base = self.base;
+        let sec = |i: usize| ((base + i as u64) / SECTION_FRAMES - base / SECTION_FRAMES) as usize;
+        for k in sec(first)..=sec(end - 1) {
+            if self.populated[k / 64] & (1 << (k % 64)) != 0 {
+                continue;
+            }
+            let (s, e) = section_entries(self.base, self.len, k);
+            let (from, to) = entry_bytes(s, e);
+            if !self.populate(from, to, src) {
+                return false;
+            }
+            self.populated[k / 64] |= 1 << (k % 64);
+            self.backed += to - from;
+        }
+        true
+    }
+
+    /// Backs the frames `[first, end)` (table indices) if they are not yet, and
+    /// gives them `Tail` with no links: memory arriving where there was a hole
+    /// (see `hotplug`). The caller owns the frames' states (they were holes, and
+    /// it holds the zone lock).
+    pub fn make_present(&mut self, first: usize, end: usize, src: &mut TableSource<'_>) -> bool {
+        debug_assert!(first <= end && end <= self.len);
+        if !self.populate_sections(first, end, src) {
+            return false;
+        }
+        let t = self.view();
+        for i in first..end {
+            let m = t.meta(i as u32);
+            m.prev.store(NIL, Ordering::Relaxed);
+            m.next.store(NIL, Ordering::Relaxed);
+            m.word.store(Word::TAIL.0, Ordering::Release);
+        }
+        true
     }
 
     /// The index of list `i`'s sentinel (`i` below the `lists` given to `new`).
@@ -495,20 +811,21 @@ impl FrameTable {
     #[inline]
     #[allow(unsafe_code)]
     pub fn view(&self) -> Frames<'_> {
-        debug_assert!(
-            self.len <= self.entries && slot(self.entries) <= self.lines.len() * PER_LINE
-        );
+        debug_assert!(self.len <= self.entries && slot(self.entries) <= self.nr_lines * PER_LINE);
         // SAFETY: a `Line` is `repr(C)` with one field, an array of `PER_LINE`
         // `PageMeta`, and its size is exactly theirs (asserted above), so the
-        // boxed lines are `lines.len() * PER_LINE` initialised, aligned `PageMeta`
-        // one after another, from the pointer to the first line, which covers
-        // the whole allocation; the slice is exactly those. `new` allocates the
-        // lines `slot` places `entries` entries on, and nothing changes either.
-        // Only shared references are made, to atomics, borrowed from `self`.
+        // run is `nr_lines * PER_LINE` aligned `PageMeta` one after another, from
+        // the pointer to the first line, valid for reads for as long as the table
+        // lives (see `Storage`); zeroed memory is a valid `PageMeta` (atomics of
+        // zero), and under loom every entry was built. `build` sizes the run for
+        // the lines `slot` places `entries` entries on, and nothing changes
+        // either. Only shared references are made, to atomics, borrowed from
+        // `self`. Writes reach only backed lines: every writer works on a present
+        // frame, a sentinel or the last line, all backed (see `build`).
         let metas = unsafe {
             core::slice::from_raw_parts(
                 self.lines.as_ptr().cast::<PageMeta>(),
-                self.lines.len() * PER_LINE,
+                self.nr_lines * PER_LINE,
             )
         };
         Frames {
@@ -542,6 +859,30 @@ impl FrameTable {
     #[inline]
     pub fn bias_slot(&self, idx: u32) -> &AtomicU32 {
         &self.view().meta(idx).next
+    }
+}
+
+impl Drop for FrameTable {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        let _bytes = (self.nr_lines * core::mem::size_of::<Line>()).max(4096);
+        match &self.storage {
+            #[cfg(loom)]
+            Storage::Boxed(_) => {}
+            #[cfg(not(loom))]
+            Storage::Heap(layout) => {
+                // SAFETY: allocated by `reserve` with this layout, freed once.
+                unsafe { alloc::alloc::dealloc(self.lines.as_ptr().cast(), *layout) }
+            }
+            #[cfg(not(loom))]
+            Storage::Given => {}
+            #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
+            Storage::Mapped => {
+                // SAFETY: our own mapping of `_bytes`, unmapped once; no view
+                // outlives the table.
+                unsafe { libc::munmap(self.lines.as_ptr().cast(), _bytes) };
+            }
+        }
     }
 }
 
@@ -1007,9 +1348,99 @@ mod tests {
         use crate::config::{zone_metadata_bytes, ZONE_LISTS};
         for nr in [0usize, 1, 3, 4, 5, 255, 256, 1023, 1024, 4096, 100_000] {
             let t = FrameTable::new(0, nr, ZONE_LISTS).unwrap();
-            let bytes = core::mem::size_of_val(&*t.lines) as u64;
+            let bytes = (t.nr_lines * core::mem::size_of::<Line>()) as u64;
             assert_eq!(bytes, zone_metadata_bytes(nr as u64), "{nr} frames");
         }
+    }
+
+    /// A sparse map: memory in a few sections of a wide span. Only those
+    /// sections (and the tail) are backed, every other frame reads as a hole,
+    /// and memory arriving later backs its section then.
+    #[test]
+    #[cfg(not(loom))]
+    fn a_sparse_table_backs_the_sections_that_hold_memory() {
+        use crate::config::ZONE_LISTS;
+        let s = SECTION_FRAMES;
+        // From frame 1000: half a section of memory, then a section and a half
+        // from section 40, in a span of 100 sections.
+        let (base, nr) = (1000u64, 100 * s as usize - 1000);
+        let present = [(1000, s / 2), (40 * s, 41 * s + s / 2)];
+        let t = FrameTable::build(base, nr, ZONE_LISTS, &present, &mut TableSource::Own).unwrap();
+        let v = t.view();
+        let present_frames = (s / 2 - 1000) + s + s / 2;
+        let per_frame = core::mem::size_of::<PageMeta>() as u64;
+        let backed = t.backed_bytes() as u64;
+        // Three sections backed (0 from the table's first frame, 40 and 41),
+        // a little over 16 bytes a frame with their skew lines, and the tail.
+        let frames = 3 * s - 1000;
+        assert!(
+            backed >= frames * per_frame && backed < frames * per_frame * 102 / 100,
+            "{backed}"
+        );
+        assert!(backed < present_frames * per_frame * 2);
+        assert_eq!(backed, table_backed_bytes(base, nr as u64, &present, false));
+        for pfn in [1000, s / 2 - 1, 40 * s, 41 * s + s / 2 - 1] {
+            assert_eq!(v.word_of(Pfn(pfn)), Some(Word::TAIL), "{pfn}");
+        }
+        for pfn in [s / 2, s, 20 * s, 39 * s + 7, 41 * s + s / 2, 99 * s] {
+            assert_eq!(v.word_of(Pfn(pfn)), Some(Word::HOLE), "{pfn}");
+        }
+        // Memory arrives in section 70: it is backed now, and only it.
+        let mut t = t;
+        let first = (70 * s - base) as usize;
+        assert!(t.make_present(first, first + 512, &mut TableSource::Own));
+        assert_eq!(
+            t.backed_bytes() as u64 - backed,
+            table_backed_bytes(base, nr as u64, &[(70 * s, 70 * s + 1)], false)
+                - table_backed_bytes(base, nr as u64, &[], false)
+        );
+        let v = t.view();
+        v.set_word(first as u32 + 3, Word::buddy(Order(0)));
+        assert_eq!(v.word_of(Pfn(70 * s + 3)), Some(Word::buddy(Order(0))));
+        assert_eq!(v.word_of(Pfn(70 * s + 512)), Some(Word::HOLE));
+        assert_eq!(v.word_of(Pfn(71 * s)), Some(Word::HOLE));
+    }
+
+    /// Tables carved from a region the caller gives: one after another,
+    /// aligned, and refused once the region is used up.
+    #[test]
+    #[cfg(not(loom))]
+    fn a_static_region_holds_tables_until_it_is_used_up() {
+        use crate::config::ZONE_LISTS;
+        use crate::memmap::StaticMemMap;
+        let region: &'static mut [u8] = Box::leak(alloc::vec![0xa5u8; 3 << 20].into_boxed_slice());
+        let mut m = StaticMemMap::new(region);
+        let all = |n: u64| [(0, n)];
+        let a = FrameTable::build(
+            0,
+            65_536,
+            ZONE_LISTS,
+            &all(65_536),
+            &mut TableSource::Given(&mut m),
+        )
+        .unwrap();
+        let used = m.used();
+        assert!(used >= 65_536 * 16 && used < 65_536 * 17);
+        let b = FrameTable::build(
+            0,
+            4096,
+            ZONE_LISTS,
+            &all(4096),
+            &mut TableSource::Given(&mut m),
+        )
+        .unwrap();
+        assert_eq!(a.view().word(65_535), Word::TAIL);
+        assert_eq!(b.view().word(0), Word::TAIL);
+        assert_eq!(b.lines.as_ptr() as usize % 4096, 0);
+        // 2 MiB more does not fit in what is left of 3 MiB.
+        assert!(FrameTable::build(
+            0,
+            131_072,
+            ZONE_LISTS,
+            &all(131_072),
+            &mut TableSource::Given(&mut m)
+        )
+        .is_none());
     }
 
     /// The skew gives every entry its own slot inside the table, keeps a
@@ -1019,7 +1450,7 @@ mod tests {
     fn skewed_slots_are_distinct_and_spread_pageblock_heads() {
         let nr = 3 * SKEW_GROUP + 7;
         let t = FrameTable::new(0, nr, 5).unwrap();
-        let slots = t.lines.len() * PER_LINE;
+        let slots = t.nr_lines * PER_LINE;
         let mut seen = vec![false; slots];
         for i in 0..t.entries {
             let s = slot(i);
@@ -1094,7 +1525,7 @@ mod tests {
                 FreeList::new(&t, 2).push(v, last, true);
                 v.set_word(last, Word::buddy(Order(0)));
             }
-            let past = (t.lines.len() * PER_LINE) as u64;
+            let past = (t.nr_lines * PER_LINE) as u64;
             for idx in (nr as u64..past + 4).chain([u32::MAX as u64, u64::MAX]) {
                 let w = v.word_any(idx);
                 assert!(

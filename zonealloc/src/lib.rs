@@ -131,6 +131,7 @@ mod hook;
 pub mod hotplug;
 mod isolate;
 pub mod local;
+pub mod memmap;
 pub mod migrate;
 mod migrator;
 #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
@@ -139,6 +140,7 @@ mod owned;
 pub mod page_frag;
 mod pageblock;
 mod pcp;
+mod platform;
 pub mod reclaim;
 pub mod reporting;
 #[cfg(all(
@@ -188,9 +190,11 @@ pub use frame::{FrameState, REFCOUNT_MAX};
 pub use gfp::Gfp;
 pub use hotplug::OfflineError;
 pub use local::{LocalCache, LOCAL_CACHE_BATCH, LOCAL_CACHE_MAX_BATCHES};
+pub use memmap::{MemMap, StaticMemMap, SECTION_FRAMES};
 pub use migrator::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, Fragment, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
+pub use platform::Platform;
 pub use pcp::{pcp_order_slot, PAGE_ALLOC_COSTLY_ORDER, PCP_ORDER_SLOTS};
 #[cfg(all(feature = "std", not(loom)))]
 pub use reclaim::KswapdWorker;

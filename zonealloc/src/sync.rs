@@ -41,7 +41,13 @@ pub(crate) fn backoff(spins: &mut u32) {
     }
 }
 
-/// A mutual-exclusion lock with `try_lock`.
+/// The interrupt guard a lock takes around its critical section: the allocator's
+/// `Config::platform`, or `None` (no interrupts to keep out: today's locks).
+pub(crate) type Irq = Option<&'static dyn crate::platform::Platform>;
+
+/// A mutual-exclusion lock with `try_lock`, taken with interrupts disabled through
+/// its platform (`spin_lock_irqsave`), so that an interrupt handler on the holder's
+/// CPU never waits for it.
 pub(crate) struct Lock<T> {
     #[cfg(loom)]
     inner: loom::sync::Mutex<T>,
@@ -49,20 +55,46 @@ pub(crate) struct Lock<T> {
     inner: parking_lot::Mutex<T>,
     #[cfg(all(not(loom), not(feature = "std")))]
     inner: spin::Mutex<T>,
+    irq: Irq,
 }
 
-/// Proof that a `Lock` is held; dereferences to the protected data.
 #[cfg(loom)]
-pub(crate) type LockGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
-/// Proof that a `Lock` is held; dereferences to the protected data.
+type RawGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
 #[cfg(all(not(loom), feature = "std"))]
-pub(crate) type LockGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
-/// Proof that a `Lock` is held; dereferences to the protected data.
+type RawGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 #[cfg(all(not(loom), not(feature = "std")))]
-pub(crate) type LockGuard<'a, T> = spin::MutexGuard<'a, T>;
+type RawGuard<'a, T> = spin::MutexGuard<'a, T>;
+
+/// Proof that a `Lock` is held; dereferences to the protected data. Dropping it
+/// releases the lock, then restores the interrupt state (fields drop in order).
+pub(crate) struct LockGuard<'a, T> {
+    inner: RawGuard<'a, T>,
+    _irq: IrqSaved,
+}
+
+impl<T> core::ops::Deref for LockGuard<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.inner
+    }
+}
+
+impl<T> core::ops::DerefMut for LockGuard<'_, T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+}
 
 impl<T> Lock<T> {
+    /// A lock with no interrupt guard.
     pub(crate) fn new(value: T) -> Lock<T> {
+        Lock::with_irq(value, None)
+    }
+
+    /// A lock taken with interrupts disabled through `irq`.
+    pub(crate) fn with_irq(value: T, irq: Irq) -> Lock<T> {
         Lock {
             #[cfg(loom)]
             inner: loom::sync::Mutex::new(value),
@@ -70,15 +102,52 @@ impl<T> Lock<T> {
             inner: parking_lot::Mutex::new(value),
             #[cfg(all(not(loom), not(feature = "std")))]
             inner: spin::Mutex::new(value),
+            irq,
         }
     }
 
+    /// Takes the lock, waiting for it, with interrupts disabled first.
     #[inline]
     pub(crate) fn lock(&self) -> LockGuard<'_, T> {
+        let irq = IrqSaved::save(self.irq);
         #[cfg(loom)]
-        return self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         #[cfg(not(loom))]
-        self.inner.lock()
+        let inner = self.inner.lock();
+        LockGuard { inner, _irq: irq }
+    }
+
+    /// Takes the lock if it is free now; never waits (with interrupts disabled
+    /// for as long as it holds it).
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<LockGuard<'_, T>> {
+        let irq = IrqSaved::save(self.irq);
+        #[cfg(loom)]
+        let inner = self.inner.try_lock().ok()?;
+        #[cfg(not(loom))]
+        let inner = self.inner.try_lock()?;
+        Some(LockGuard { inner, _irq: irq })
+    }
+
+    /// The data, through exclusive access to the lock itself.
+    #[cfg(not(loom))]
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.inner.get_mut()
+    }
+
+    /// Releases a lock whose guard was forgotten (`core::mem::forget`) on this
+    /// thread: `fork` handlers take every lock before the fork and release them
+    /// in both processes after it, where no guard can be kept across the call.
+    ///
+    /// # Safety
+    /// The lock is held, through a guard forgotten by this thread (or, in a
+    /// child after `fork`, by the thread that forked), and nothing else will
+    /// release it.
+    #[cfg(all(feature = "std", not(loom)))]
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn force_unlock(&self) {
+        // SAFETY: as the caller promises.
+        unsafe { self.inner.force_unlock() }
     }
 }
 
@@ -137,6 +206,7 @@ impl SeqCount {
     }
 }
 
+use crate::platform::IrqSaved;
 #[cfg(not(loom))]
 use core::cell::UnsafeCell;
 #[cfg(loom)]
@@ -150,6 +220,7 @@ use loom::cell::UnsafeCell;
 pub(crate) struct TryLock<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
+    irq: Irq,
 }
 
 // SAFETY: the lock hands out `&mut T` to one holder at a time, so sharing the lock
@@ -166,18 +237,30 @@ pub(crate) struct TryLockGuard<'a, T> {
     /// Loom's record of this access, checked against concurrent ones.
     #[cfg(loom)]
     ptr: loom::cell::MutPtr<T>,
+    /// Restored after the lock is released (see `Drop`).
+    irq: core::mem::ManuallyDrop<IrqSaved>,
 }
 
 impl<T> TryLock<T> {
+    /// A lock with no interrupt guard.
     pub(crate) fn new(value: T) -> TryLock<T> {
+        TryLock::with_irq(value, None)
+    }
+
+    /// A lock taken with interrupts disabled through `irq`.
+    pub(crate) fn with_irq(value: T, irq: Irq) -> TryLock<T> {
         TryLock {
             locked: AtomicBool::new(false),
             value: UnsafeCell::new(value),
+            irq,
         }
     }
 
+    /// Takes the lock if it is free now, with interrupts disabled first (and
+    /// restored at once if it is not free).
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<TryLockGuard<'_, T>> {
+        let irq = IrqSaved::save(self.irq);
         // Acquire on success: the holder sees everything the previous holder wrote
         // before its Release store in `drop`.
         self.locked
@@ -187,7 +270,26 @@ impl<T> TryLock<T> {
                 lock: self,
                 #[cfg(loom)]
                 ptr: self.value.get_mut(),
+                irq: core::mem::ManuallyDrop::new(irq),
             })
+    }
+
+    /// Whether the lock is held now (a snapshot, for drains that skip idle CPUs).
+    #[inline]
+    pub(crate) fn is_locked(&self) -> bool {
+        // Relaxed: a hint; whoever acts on it takes the lock.
+        self.locked.load(Ordering::Relaxed)
+    }
+
+    /// Releases a lock whose guard was forgotten (see `Lock::force_unlock`).
+    ///
+    /// # Safety
+    /// As `Lock::force_unlock`.
+    #[cfg(all(feature = "std", not(loom)))]
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn force_unlock(&self) {
+        // Release: as a guard's drop.
+        self.locked.store(false, Ordering::Release);
     }
 
     pub(crate) fn lock(&self) -> TryLockGuard<'_, T> {
@@ -209,6 +311,12 @@ impl<T> Drop for TryLockGuard<'_, T> {
     fn drop(&mut self) {
         // Release: publishes the holder's writes to the next Acquire in `try_lock`.
         self.lock.locked.store(false, Ordering::Release);
+        // SAFETY: dropped once, here, after the lock is released: interrupts come
+        // back only once nothing of the lock is held.
+        #[allow(unsafe_code)]
+        unsafe {
+            core::mem::ManuallyDrop::drop(&mut self.irq)
+        };
     }
 }
 
