@@ -1,0 +1,77 @@
+//! The kernel heap: a first-fit linked-list heap over one region of RAM reserved
+//! from the memory map, behind a spinlock, counting what it serves.
+//!
+//! Stage 1 uses it for the page allocator's construction (its per-frame
+//! metadata is the bulk of it) and for the few small allocations after
+//! (statistics text, the stress's arrays). The counters tell whether the
+//! allocator's own paths touch the heap once built, which matters for calling it
+//! from interrupt handlers: this heap's lock does not disable interrupts.
+
+use core::alloc::{GlobalAlloc, Layout};
+use core::ptr::{null_mut, NonNull};
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use linked_list_allocator::Heap;
+use spin::Mutex;
+
+/// The global allocator.
+pub struct KernelHeap {
+    heap: Mutex<Heap>,
+    /// Allocations served (relaxed: a statistic, read after the CPUs meet at a
+    /// barrier).
+    allocs: AtomicU64,
+    /// Most bytes in use at once (relaxed, updated under the heap lock).
+    peak: AtomicU64,
+}
+
+#[global_allocator]
+static HEAP: KernelHeap = KernelHeap {
+    heap: Mutex::new(Heap::empty()),
+    allocs: AtomicU64::new(0),
+    peak: AtomicU64::new(0),
+};
+
+/// Hands `[start, start + bytes)` to the heap.
+///
+/// # Safety
+/// The range is RAM, identity mapped, used by nothing else for as long as the
+/// kernel runs (reserved from the allocator), and this is called once.
+pub unsafe fn init(start: u64, bytes: u64) {
+    // SAFETY: the caller's promise.
+    unsafe { HEAP.heap.lock().init(start as *mut u8, bytes as usize) };
+}
+
+/// Heap statistics: (allocations served, bytes in use, peak bytes, size).
+pub fn stats() -> (u64, u64, u64, u64) {
+    let h = HEAP.heap.lock();
+    (
+        HEAP.allocs.load(Ordering::Relaxed),
+        h.used() as u64,
+        HEAP.peak.load(Ordering::Relaxed),
+        h.size() as u64,
+    )
+}
+
+// SAFETY: `Heap` hands out disjoint, suitably aligned blocks of the region it was
+// given and takes back exactly what it handed out; the mutex serialises it.
+unsafe impl GlobalAlloc for KernelHeap {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let mut h = self.heap.lock();
+        match h.allocate_first_fit(layout) {
+            Ok(p) => {
+                self.allocs.fetch_add(1, Ordering::Relaxed);
+                self.peak.fetch_max(h.used() as u64, Ordering::Relaxed);
+                p.as_ptr()
+            }
+            Err(()) => null_mut(),
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if let Some(p) = NonNull::new(ptr) {
+            // SAFETY: `ptr` came from `alloc` with this layout (GlobalAlloc's
+            // contract).
+            unsafe { self.heap.lock().deallocate(p, layout) };
+        }
+    }
+}

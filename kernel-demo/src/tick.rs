@@ -1,0 +1,192 @@
+//! The local APIC timer's handler: counts ticks on every CPU, keeps the
+//! watchdog, and, one switch away, allocates and frees from interrupt context.
+//!
+//! # Allocating from the handler
+//!
+//! With `TIMER_ALLOCATES` on, each tick frees the blocks this CPU's handler
+//! allocated `HOLD_TICKS` ticks ago, then allocates one block of order
+//! `tick % 4` with `Gfp::ATOMIC` into a ring of `RING_SLOTS`. The ring is this
+//! CPU's alone and is only touched with interrupts disabled (by the handler, or
+//! by `drain_ring` at the end), so it needs no lock. An `ATOMIC` allocation may
+//! fail without it being an error; failures are counted.
+//!
+//! Stage 1 leaves it off: without a `Platform` the core's locks do not disable
+//! interrupts, so a tick that arrives while its own CPU holds a zone lock would
+//! spin on that lock for ever. The `timer-alloc` feature is the switch: it turns
+//! `TIMER_ALLOCATES` on and hands the allocator the kernel as its `Platform`
+//! (`zones::config`), whose `irq_save`/`irq_restore` the core takes around every
+//! lock of its own (as Linux's `spin_lock_irqsave`), so that the handler never
+//! waits for a lock its own CPU holds.
+//!
+//! While the stress checks an exact ledger or re-frees blocks it has freed, the
+//! kernel turns handler allocation off (`pause_allocation`): a block the handler
+//! allocated in that window could be the very block a second free names.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use zonealloc::{Gfp, Order, Pfn};
+
+use crate::cpu::{self, MAX_CPUS};
+use crate::exit::{exit, Exit};
+use crate::stress::{self, Block};
+use crate::{fatal_print, ALLOCATOR};
+
+/// Timer interrupts per second on each CPU.
+pub const TIMER_HZ: u32 = 1000;
+
+/// Whether the timer handler allocates and frees (see the module docs).
+pub const TIMER_ALLOCATES: bool = cfg!(feature = "timer-alloc");
+
+/// Blocks one CPU's handler holds at most.
+const RING_SLOTS: usize = 8;
+
+/// Ticks a handler's block is held before the handler frees it.
+const HOLD_TICKS: u64 = 4;
+
+/// Seconds of ticks on the bootstrap processor after which an unfinished run is
+/// declared hung.
+const WATCHDOG_SECONDS: u64 = 150;
+
+/// One CPU's tick counters. Relaxed: each is written by its own CPU's handler
+/// only and read after the CPUs meet at a barrier (or by the watchdog, which
+/// needs no exact figure).
+pub struct TickStats {
+    /// Timer interrupts taken.
+    pub ticks: AtomicU64,
+    /// Blocks the handler allocated.
+    pub allocs: AtomicU64,
+    /// Blocks the handler freed.
+    pub frees: AtomicU64,
+    /// `ATOMIC` allocations that failed.
+    pub failures: AtomicU64,
+    /// Frames the handler holds now.
+    pub held_pages: AtomicU64,
+}
+
+impl TickStats {
+    const fn new() -> TickStats {
+        TickStats {
+            ticks: AtomicU64::new(0),
+            allocs: AtomicU64::new(0),
+            frees: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            held_pages: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Per-CPU tick counters.
+pub static STATS: [TickStats; MAX_CPUS] = [const { TickStats::new() }; MAX_CPUS];
+
+/// Whether the handler may allocate now (release by the bootstrap processor,
+/// acquire by the handler; the stress's barriers order the change against the
+/// other CPUs' work).
+static ALLOCATION_ON: AtomicBool = AtomicBool::new(false);
+
+/// Set once the run has reached its verdict: the watchdog stands down.
+pub static FINISHED: AtomicBool = AtomicBool::new(false);
+
+struct Ring(UnsafeCell<[Option<(Block, u64)>; RING_SLOTS]>);
+
+// SAFETY: ring `c` is only touched on CPU `c` with interrupts disabled (see the
+// module docs), so never by two contexts at once.
+unsafe impl Sync for Ring {}
+
+static RINGS: [Ring; MAX_CPUS] = [const { Ring(UnsafeCell::new([None; RING_SLOTS])) }; MAX_CPUS];
+
+/// Lets the handler allocate (when `TIMER_ALLOCATES`).
+pub fn resume_allocation() {
+    ALLOCATION_ON.store(true, Ordering::Release);
+}
+
+/// Stops the handler allocating and freeing; it goes on counting.
+pub fn pause_allocation() {
+    ALLOCATION_ON.store(false, Ordering::Release);
+}
+
+/// The timer interrupt (interrupts disabled).
+pub fn on_tick() {
+    let cpu = cpu::this_cpu();
+    let now = STATS[cpu].ticks.fetch_add(1, Ordering::Relaxed) + 1;
+    if TIMER_ALLOCATES && ALLOCATION_ON.load(Ordering::Acquire) {
+        allocate_and_free(cpu, now);
+    }
+    if cpu == 0 && now > WATCHDOG_SECONDS * u64::from(TIMER_HZ) && !FINISHED.load(Ordering::Relaxed)
+    {
+        watchdog();
+    }
+}
+
+/// Frees the ring's blocks that are due, then allocates one.
+fn allocate_and_free(cpu: usize, now: u64) {
+    let Some(za) = ALLOCATOR.get() else {
+        return;
+    };
+    let stats = &STATS[cpu];
+    // SAFETY: this CPU's ring, in its interrupt handler (see `Ring`).
+    let ring = unsafe { &mut *RINGS[cpu].0.get() };
+    for slot in ring.iter_mut() {
+        if let Some((block, due)) = *slot {
+            if due <= now {
+                stress::release(za, block);
+                *slot = None;
+                stats.frees.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .held_pages
+                    .fetch_sub(block.nr_pages(), Ordering::Relaxed);
+            }
+        }
+    }
+    let Some(slot) = ring.iter_mut().find(|s| s.is_none()) else {
+        return;
+    };
+    let order = (now % 4) as u8;
+    match za.alloc_pages(Gfp::ATOMIC, Order(order)) {
+        Ok(Pfn(pfn)) => {
+            let block = Block {
+                pfn,
+                order,
+                tag: stress::tag(cpu, true, now),
+            };
+            stress::claim(&block, u64::MAX);
+            *slot = Some((block, now + HOLD_TICKS));
+            stats.allocs.fetch_add(1, Ordering::Relaxed);
+            stats
+                .held_pages
+                .fetch_add(block.nr_pages(), Ordering::Relaxed);
+        }
+        Err(_) => {
+            stats.failures.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Frees every block this CPU's handler holds (handler allocation paused).
+pub fn drain_ring() {
+    let Some(za) = ALLOCATOR.get() else {
+        return;
+    };
+    cpu::without_interrupts(|| {
+        let cpu = cpu::this_cpu();
+        let stats = &STATS[cpu];
+        // SAFETY: this CPU's ring, with interrupts disabled (see `Ring`).
+        let ring = unsafe { &mut *RINGS[cpu].0.get() };
+        for slot in ring.iter_mut() {
+            if let Some((block, _)) = slot.take() {
+                stress::release(za, block);
+                stats.frees.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .held_pages
+                    .fetch_sub(block.nr_pages(), Ordering::Relaxed);
+            }
+        }
+    });
+}
+
+/// The run has taken too long: print where each CPU is and end it.
+fn watchdog() -> ! {
+    fatal_print!("\nWATCHDOG: no verdict after {WATCHDOG_SECONDS} s of ticks on cpu 0\n");
+    stress::print_progress_raw();
+    exit(Exit::Watchdog)
+}
