@@ -59,6 +59,13 @@ macro_rules! with_za {
 }
 pub(crate) use with_za;
 
+// The header gives one handle to many threads at once, and lets any thread
+// destroy it: what stands behind a handle must be `Sync` and `Send`.
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<Inner>();
+};
+
 /// The opaque `struct zonealloc` of the header.
 ///
 /// Invariant: `magic` is `LIVE` and `inner` points to a live boxed `Inner`, or
