@@ -192,7 +192,7 @@ impl<B: Backend> ZoneAllocator<B> {
             && !DebugState::new(config.debug).touches_pages();
         if fast {
             for z in zones.iter_mut() {
-                fast &= crate::fast::build_stacks(z, config.nr_cpus);
+                fast &= crate::stack_limits::build_stacks(z, config.nr_cpus);
             }
             if !fast {
                 for z in zones.iter_mut() {
@@ -420,7 +420,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 p.pcp.high = p.pcp.high.clamp(high_min, high_max);
                 // The stacks start again from their smallest limits, within the new
                 // bound (they are stopped and empty while the lock is held).
-                crate::fast::reset_limits(z, cpu, high_max);
+                crate::stack_limits::reset_limits(z, cpu, high_max);
                 // Shrinking limits may leave too much on the lists.
                 if p.pcp.count > p.pcp.high {
                     let todo = p.pcp.count - p.pcp.high;

@@ -82,9 +82,10 @@ use crate::frame::{Tag, Word};
 use crate::hook::InCallback;
 use crate::migrate::{is_movable_candidate, Step};
 use crate::migrator::Migrate;
-use crate::pcp::PAGE_ALLOC_COSTLY_ORDER;
 use crate::sync::Ordering;
-use crate::types::{Migratetype, Order, Pfn, Wmark, ZoneId, ZoneType, MIGRATE_PCPTYPES};
+use crate::types::{
+    Migratetype, Order, Pfn, Wmark, ZoneId, ZoneType, MIGRATE_PCPTYPES, PAGE_ALLOC_COSTLY_ORDER,
+};
 use crate::zone::Zone;
 
 use crate::compact_state::{last_block, ZoneCompact};

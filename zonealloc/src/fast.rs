@@ -25,173 +25,26 @@
 
 use crate::allocator::{Head, ZoneAllocator};
 use crate::backend::Backend;
+use crate::buf::Buf;
 use crate::frame::{Tag, Word};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order, NR_PCP_LISTS};
-use crate::rseq::{Miss, Stacks, STACK_CAP};
+use crate::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order};
+use crate::rseq::{Miss, STACK_CAP};
+use crate::stack_limits::{
+    batch_of, cap_of, factor_after_refill, limit_after_flush, limit_after_refill, stacks_of,
+};
 use crate::sync::Ordering;
-use crate::types::{Migratetype, Order, Pfn, Wmark};
+use crate::types::{Migratetype, Order, Pfn, Wmark, NR_PCP_LISTS, PAGE_ALLOC_COSTLY_ORDER};
 use crate::zone::Zone;
-use core::mem::MaybeUninit;
-
-/// Blocks of order 0 a refill takes and a flush gives back; halved per order.
-pub(crate) const STACK_BATCH: usize = 32;
-/// Blocks of pageblock order a refill takes and a flush gives back.
-const STACK_BATCH_PAGEBLOCK: usize = 8;
-/// The most batches a stack holds before a free flushes, and a refill takes.
-pub(crate) const MAX_BATCHES: u8 = 8;
-/// Batches a stack holds at first.
-pub(crate) const MIN_BATCHES: u8 = 2;
-
-/// The limit of a stack or a `LocalCache` order (batches held before a free
-/// flushes) after a refill: doubled, up to `MAX_BATCHES`, if flushes came since the
-/// last refill (`flush_run`): they gave back what was wanted again. The run of
-/// flushes starts again at 0.
-#[inline]
-pub(crate) fn limit_after_refill(limit: u8, flush_run: u8) -> u8 {
-    if flush_run > 0 {
-        (limit * 2).min(MAX_BATCHES)
-    } else {
-        limit
-    }
-}
-
-/// The next refill's `alloc_factor` after one that took `batch << factor`: one
-/// more, while that stays within `MAX_BATCHES` batches (Linux's
-/// `pcp->alloc_factor`).
-#[inline]
-pub(crate) fn factor_after_refill(factor: u8, current: u8) -> u8 {
-    if 2usize << factor <= MAX_BATCHES as usize {
-        factor + 1
-    } else {
-        current
-    }
-}
-
-/// `(limit, flush_run)` after a flush: a run of flushes longer than the limit in
-/// batches, with no refill between them, halves the limit (down to
-/// `MIN_BATCHES`): the owner is giving memory back, not swinging.
-#[inline]
-pub(crate) fn limit_after_flush(limit: u8, flush_run: u8) -> (u8, u8) {
-    let run = flush_run + 1;
-    if run > limit {
-        ((limit / 2).max(MIN_BATCHES), 0)
-    } else {
-        (limit, run)
-    }
-}
 
 /// `order_to_pindex` for a per-CPU type given by its index (`pcp_type`).
 #[inline(always)]
 fn pcp_index(t: usize, order: Order, pageblock_order: Order) -> usize {
-    if order.0 > crate::pcp::PAGE_ALLOC_COSTLY_ORDER {
+    if order.0 > PAGE_ALLOC_COSTLY_ORDER {
         debug_assert_eq!(order, pageblock_order);
         NR_PCP_LISTS - 2 + usize::from(t == Migratetype::Movable as usize)
     } else {
         crate::types::MIGRATE_PCPTYPES * order.idx() + t
-    }
-}
-
-/// Up to `N` values on the stack, uninitialised past the length: a refill or a
-/// flush moves a few blocks through a buffer sized for the most a stack holds, and
-/// zeroing all of it cost more than the move (a pageblock-order flush of two blocks
-/// wrote 6 KiB of zeros).
-pub(crate) struct Buf<T: Copy, const N: usize> {
-    v: [MaybeUninit<T>; N],
-    len: usize,
-}
-
-#[allow(unsafe_code)]
-impl<T: Copy, const N: usize> Buf<T, N> {
-    #[inline(always)]
-    pub(crate) fn new() -> Self {
-        Buf {
-            v: [const { MaybeUninit::uninit() }; N],
-            len: 0,
-        }
-    }
-
-    /// Appends `x`; panics when full.
-    #[inline(always)]
-    pub(crate) fn push(&mut self, x: T) {
-        self.v[self.len].write(x);
-        self.len += 1;
-    }
-
-    #[inline(always)]
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    #[inline(always)]
-    pub(crate) fn as_slice(&self) -> &[T] {
-        // SAFETY: the first `len` entries were written (`push`, `extend_with`).
-        unsafe { core::slice::from_raw_parts(self.v.as_ptr().cast::<T>(), self.len) }
-    }
-
-    /// Lets `fill` write up to `max` entries after the last one and say how many
-    /// it wrote (`None`: none).
-    ///
-    /// # Safety
-    /// `fill` must have written the first `k` entries of the slice it was given
-    /// when it returns `Some((_, k))`.
-    #[inline(always)]
-    pub(crate) unsafe fn extend_with<R>(
-        &mut self,
-        max: usize,
-        fill: impl FnOnce(&mut [MaybeUninit<T>]) -> Option<(R, usize)>,
-    ) -> Option<(R, usize)> {
-        let end = (self.len + max).min(N);
-        let got = fill(&mut self.v[self.len..end]);
-        if let Some((_, k)) = &got {
-            assert!(*k <= end - self.len);
-            self.len += k;
-        }
-        got
-    }
-}
-
-/// The batch of stack `p`.
-#[inline]
-fn batch_of(p: usize, pageblock_order: Order) -> usize {
-    let order = pindex_to_order(p, pageblock_order);
-    if order.0 > crate::pcp::PAGE_ALLOC_COSTLY_ORDER {
-        STACK_BATCH_PAGEBLOCK
-    } else {
-        (STACK_BATCH >> order.0).max(1)
-    }
-}
-
-/// The most blocks stack `p` may hold, and a refill take: a quarter of the CPU's
-/// `high_max` (1/8 of the zone split between the CPUs, as Linux bounds a CPU's
-/// lists), at least one block, at most `STACK_CAP`. A small zone's stacks so hold
-/// a small share of it; a pageblock-order stack in a zone of a few pageblocks per
-/// CPU holds one.
-#[inline]
-fn cap_of(high_max: u64, order: Order) -> usize {
-    ((high_max / 4) >> order.0).clamp(1, STACK_CAP as u64 / 2) as usize
-}
-
-/// Builds `z`'s stacks for `nr_cpus` CPUs (their limits are set with the per-CPU
-/// lists', by `reset_limits`); `false` if the process cannot use them.
-pub(crate) fn build_stacks(z: &mut Zone, nr_cpus: usize) -> bool {
-    z.stacks = Stacks::new(nr_cpus);
-    z.stacks.on()
-}
-
-/// Sets the stacks of CPU `cpu`'s lists to their starting limits within the bound
-/// `high_max` gives (see `cap_of`). The caller holds the CPU's pcp lock.
-pub(crate) fn reset_limits(z: &Zone, cpu: usize, high_max: u64) {
-    for cs in stacks_of(z, cpu) {
-        for p in 0..NR_PCP_LISTS {
-            let order = pindex_to_order(p, z.pageblock_order);
-            let t = &cs.tune[p];
-            t.limit.store(MIN_BATCHES, Ordering::Relaxed);
-            t.flush_run.store(0, Ordering::Relaxed);
-            t.alloc_factor.store(0, Ordering::Relaxed);
-            let lim = batch_of(p, z.pageblock_order) * MIN_BATCHES as usize;
-            cs.set_lim(p, lim.min(cap_of(high_max, order)) as u32);
-        }
     }
 }
 
@@ -476,13 +329,6 @@ impl<B: Backend> ZoneAllocator<B> {
             .map(|z| (0..z.pcp.len()).map(|cpu| stack_pages(z, cpu)).sum::<u64>())
             .sum()
     }
-}
-
-/// The stacks belonging to CPU `cpu`'s lists (stack `i` to CPU `i % nr_cpus`).
-fn stacks_of(z: &Zone, cpu: usize) -> impl Iterator<Item = &crate::rseq::CpuStacks> {
-    (cpu..z.stacks.len())
-        .step_by(z.pcp.len().max(1))
-        .filter_map(|i| z.stacks.cpu(i))
 }
 
 /// Pages allocated and freed through zone `z`'s stacks of CPU `cpu`: (pops,

@@ -113,6 +113,7 @@ mod allocator;
 pub mod arena;
 mod backend;
 mod buddy;
+mod buf;
 mod check;
 pub mod cma;
 mod compact_state;
@@ -161,6 +162,7 @@ mod rseq;
 #[path = "rseq_off.rs"]
 mod rseq;
 mod shrinker;
+mod stack_limits;
 mod stats;
 mod sync;
 mod types;
@@ -194,8 +196,8 @@ pub use memmap::{MemMap, StaticMemMap, SECTION_FRAMES};
 pub use migrator::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, Fragment, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
+pub use pcp::{pcp_order_slot, PCP_ORDER_SLOTS};
 pub use platform::Platform;
-pub use pcp::{pcp_order_slot, PAGE_ALLOC_COSTLY_ORDER, PCP_ORDER_SLOTS};
 #[cfg(all(feature = "std", not(loom)))]
 pub use reclaim::KswapdWorker;
 pub use reclaim::{
@@ -212,7 +214,10 @@ pub use stats::{
     PagesetInfo, PcpCpuStats, PcpStatsZone, VmStat, ZoneEventCounts, ZoneFreeCounts, ZoneInfo,
     ZoneInfoZone, PAGETYPEINFO_WALK_CAP, SNAPSHOT_TRIES,
 };
-pub use types::{Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_ORDER_LIMIT, MIGRATE_TYPES};
+pub use types::{
+    Migratetype, Order, Pfn, ZoneId, ZoneType, MAX_ORDER_LIMIT, MIGRATE_TYPES,
+    PAGE_ALLOC_COSTLY_ORDER,
+};
 pub use vmalloc::{
     AreaKind, OwnedVmArea, VfreeMode, VmArea, VmallocConfig, VmallocError, VmallocReport,
     VmallocSpace, VMALLOC_BULK_MAX, VMAP_MAX_ALLOC,

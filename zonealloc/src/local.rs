@@ -76,13 +76,13 @@ use alloc::vec::Vec;
 use crate::allocator::{Head, Holder, Via, ZoneAllocator};
 use crate::backend::Backend;
 use crate::error::{AllocError, FreeError};
-use crate::fast::MIN_BATCHES;
 use crate::fault::FaultSite;
 use crate::frame::{Tag, Word, FLAG_ISOLATED};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::pcp::{pcp_allowed_order, PcpLocked, PAGE_ALLOC_COSTLY_ORDER};
+use crate::pcp::{pcp_allowed_order, PcpLocked};
+use crate::stack_limits::MIN_BATCHES;
 use crate::sync::{TryLock, TryLockGuard};
-use crate::types::{Migratetype, Order, Pfn, Wmark};
+use crate::types::{Migratetype, Order, Pfn, Wmark, PAGE_ALLOC_COSTLY_ORDER};
 use crate::zone::Zone;
 
 /// Orders a cache holds: `0..=PAGE_ALLOC_COSTLY_ORDER`.
@@ -97,7 +97,7 @@ pub const LOCAL_CACHE_BATCH: usize = 32;
 /// this; a run of flushes longer than the limit in batches, with no refill
 /// between them, halves it again (see `LocalCache::free`). It also bounds a
 /// refill: a run of refills doubles each from one batch up to this many.
-pub const LOCAL_CACHE_MAX_BATCHES: usize = crate::fast::MAX_BATCHES as usize;
+pub const LOCAL_CACHE_MAX_BATCHES: usize = crate::stack_limits::MAX_BATCHES as usize;
 
 /// A caller's handle on the fast path for orders up to `PAGE_ALLOC_COSTLY_ORDER`:
 /// `alloc_pages`/`free_pages` where the per-CPU stacks serve them, else free
@@ -497,7 +497,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             return false;
         };
         let o = order.idx();
-        h.alloc_factor[o] = crate::fast::factor_after_refill(factor, h.alloc_factor[o]);
+        h.alloc_factor[o] = crate::stack_limits::factor_after_refill(factor, h.alloc_factor[o]);
         h.stacks[order.idx()].reserve(n.saturating_mul(2));
         let got = self.take_from_list(h, &mut pcp, order, flags, n);
         let stack = &mut h.stacks[order.idx()];
@@ -696,7 +696,8 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         let batch = (self.batch >> order.0).max(1);
         let o = order.idx();
         h.alloc_factor[o] = 0;
-        (h.limit[o], h.flush_run[o]) = crate::fast::limit_after_flush(h.limit[o], h.flush_run[o]);
+        (h.limit[o], h.flush_run[o]) =
+            crate::stack_limits::limit_after_flush(h.limit[o], h.flush_run[o]);
         self.set_flush_at(h, order);
         // Down to a batch below the limit: one batch, unless a large refill left
         // more than that unused (then its oldest blocks go back batch by batch).
@@ -735,7 +736,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
 /// list's `high` for the same pattern).
 fn grow_after_refill(h: &mut Held, order: Order) {
     let o = order.idx();
-    h.limit[o] = crate::fast::limit_after_refill(h.limit[o], h.flush_run[o]);
+    h.limit[o] = crate::stack_limits::limit_after_refill(h.limit[o], h.flush_run[o]);
     h.flush_run[o] = 0;
 }
 

@@ -40,19 +40,17 @@
 //! picks its blocks off the per-CPU lists without the zone lock, prefetching each
 //! buddy's metadata, then takes the zone lock and merges them.
 
+use crate::buf::Buf;
 use crate::counter::Counter;
 use crate::frame::{FrameList, Word, NIL};
 use crate::sync::{Ordering, TryLock, TryLockGuard};
-use crate::types::{Migratetype, Order, Pfn, MIGRATE_PCPTYPES};
+use crate::types::{
+    Migratetype, Order, Pfn, MIGRATE_PCPTYPES, NR_PCP_LISTS, PAGE_ALLOC_COSTLY_ORDER,
+};
 use crate::zone::{Zone, ZoneLocked, ZONE_BELOW_HIGH};
 
-/// `PAGE_ALLOC_COSTLY_ORDER`: the highest order with ordinary per-CPU lists.
-pub const PAGE_ALLOC_COSTLY_ORDER: u8 = 3;
 /// `CONFIG_PCP_BATCH_SCALE_MAX`.
 pub(crate) const PCP_BATCH_SCALE_MAX: u32 = 5;
-/// Lists per CPU: 3 types x orders 0..=3, plus 2 pageblock-order lists.
-pub(crate) const NR_PCP_LISTS: usize =
-    MIGRATE_PCPTYPES * (PAGE_ALLOC_COSTLY_ORDER as usize + 1) + 2;
 const NR_LOWORDER_PCP_LISTS: usize = NR_PCP_LISTS - 2;
 /// `MIN_PERCPU_PAGELIST_HIGH_FRACTION`.
 pub(crate) const MIN_PERCPU_PAGELIST_HIGH_FRACTION: u64 = 8;
@@ -313,7 +311,7 @@ impl PcpLocked<'_> {
         &mut self,
         pindex: usize,
         max: usize,
-        out: &mut crate::fast::Buf<u32, N>,
+        out: &mut Buf<u32, N>,
     ) {
         let z = self.zone;
         let order = pindex_to_order(pindex, z.pageblock_order);

@@ -35,7 +35,7 @@
 
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-use crate::pcp::NR_PCP_LISTS;
+use crate::types::NR_PCP_LISTS;
 
 /// Blocks one stack can hold (a power of two: a sequence finds a stack's slots
 /// with a shift).

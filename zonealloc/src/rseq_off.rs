@@ -19,7 +19,7 @@ pub(crate) struct Tune {
 
 /// One CPU's stacks: never built here.
 pub(crate) struct CpuStacks {
-    pub tune: [Tune; crate::pcp::NR_PCP_LISTS],
+    pub tune: [Tune; crate::types::NR_PCP_LISTS],
     never: core::convert::Infallible,
 }
 

@@ -132,6 +132,12 @@ pub const MIGRATE_TYPES: usize = 6;
 /// Migratetypes that have per-CPU lists and take part in fallback (`< MIGRATE_PCPTYPES`).
 pub const MIGRATE_PCPTYPES: usize = 3;
 
+/// `PAGE_ALLOC_COSTLY_ORDER`: the highest order with ordinary per-CPU lists.
+pub const PAGE_ALLOC_COSTLY_ORDER: u8 = 3;
+/// Lists per CPU: 3 types x orders 0..=3, plus 2 pageblock-order lists.
+pub(crate) const NR_PCP_LISTS: usize =
+    MIGRATE_PCPTYPES * (PAGE_ALLOC_COSTLY_ORDER as usize + 1) + 2;
+
 impl Migratetype {
     /// Every migratetype, in index order.
     pub const ALL: [Migratetype; MIGRATE_TYPES] = [
