@@ -62,6 +62,34 @@ impl ZoneConfig {
     pub fn end_pfn(&self) -> Pfn {
         self.start_pfn.add(self.spanned_pages)
     }
+
+    /// The zone's present frames: its span less its holes, as sorted, disjoint
+    /// `(start, end)` frame numbers (overlapping holes counted once).
+    pub fn present_ranges(&self) -> Vec<(u64, u64)> {
+        let (start, end) = (
+            self.start_pfn.0,
+            self.start_pfn.0.saturating_add(self.spanned_pages),
+        );
+        let mut holes: Vec<(u64, u64)> = self
+            .holes
+            .iter()
+            .map(|&(h, n)| (h.0.max(start), h.0.saturating_add(n).min(end)))
+            .filter(|&(a, b)| a < b)
+            .collect();
+        holes.sort_unstable();
+        let mut out = Vec::with_capacity(holes.len() + 1);
+        let mut at = start;
+        for (a, b) in holes {
+            if a > at {
+                out.push((at, a));
+            }
+            at = at.max(b);
+        }
+        if at < end {
+            out.push((at, end));
+        }
+        out
+    }
 }
 
 /// A contiguous memory area (Linux's `cma=` or a device tree's `shared-dma-pool`):
@@ -241,12 +269,29 @@ impl Config {
         self.pageblock_order.nr_pages()
     }
 
-    /// Bytes of per-frame metadata an allocator over this configuration allocates:
-    /// 16 per spanned frame (holes included), in whole 64-byte lines, a line for
-    /// every four of a zone's buddy lists (their sentinels), and one unused line
-    /// after every 512 entries (0.8 %), which keeps the heads of pageblocks apart
-    /// in the first-level cache.
+    /// Bytes of per-frame metadata an allocator over this configuration backs
+    /// with memory: 16 per frame of every memory section (`SECTION_FRAMES`
+    /// frames) that holds present memory, holes inside such a section included,
+    /// in whole 64-byte lines, a line for every four of a zone's buddy lists
+    /// (their sentinels), and one unused line after every 512 entries (0.8 %),
+    /// which keeps the heads of pageblocks apart in the first-level cache.
+    /// Sections with no memory cost nothing (see `memmap`), except where the
+    /// allocator takes its tables from the global heap (no `std`, no `MemMap`):
+    /// there every spanned frame costs its 16 bytes (`spanned_metadata_bytes`).
     pub fn metadata_bytes(&self) -> u64 {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.zones.iter())
+            .map(|z| {
+                let present = z.present_ranges();
+                crate::frame::table_backed_bytes(z.start_pfn.0, z.spanned_pages, &present)
+            })
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Bytes of per-frame metadata for every spanned frame, holes included: what
+    /// a table from the global heap takes.
+    pub fn spanned_metadata_bytes(&self) -> u64 {
         self.nodes
             .iter()
             .flat_map(|n| n.zones.iter())

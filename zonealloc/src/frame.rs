@@ -484,13 +484,9 @@ fn section_entries(base: u64, nr: usize, k: usize) -> (usize, usize) {
     (start as usize, end as usize)
 }
 
-/// The bytes of the run that entries `[first, end)` occupy, in whole lines.
-fn entry_bytes(first: usize, end: usize) -> (usize, usize) {
-    let line = core::mem::size_of::<Line>();
-    (
-        slot(first) / PER_LINE * line,
-        (slot(end - 1) / PER_LINE + 1) * line,
-    )
+/// The byte at which the line holding entry `idx` starts.
+fn line_start(idx: usize) -> usize {
+    slot(idx) / PER_LINE * core::mem::size_of::<Line>()
 }
 
 /// Sections of a table of `nr` frames from `base`.
@@ -507,35 +503,47 @@ fn tail_first(sentinels: usize) -> usize {
     sentinels.saturating_sub(PER_LINE)
 }
 
+/// The bytes of the run section `k` owns: from the line of its first entry to
+/// that of the next section's (the skew lines between them included), the last
+/// section up to the tail; the sections and the tail tile the run.
+fn section_bytes(base: u64, nr: usize, sentinels: usize, k: usize) -> (usize, usize) {
+    let tail = line_start(tail_first(sentinels));
+    let from = line_start(section_entries(base, nr, k).0).min(tail);
+    let to = if k + 1 < nr_sections(base, nr) {
+        line_start(section_entries(base, nr, k + 1).0).min(tail)
+    } else {
+        tail
+    };
+    (from, to.max(from))
+}
+
+/// The index of the section holding table entry `idx`.
+fn section_of(base: u64, idx: usize) -> usize {
+    ((base + idx as u64) / SECTION_FRAMES - base / SECTION_FRAMES) as usize
+}
+
 /// Bytes of memory a zone's table of `nr` frames from `base` backs when its
 /// present frames are `present` (sorted, disjoint absolute ranges): the sections
-/// holding present frames and the tail (see `FrameTable::build`), or with
-/// `whole` (a heap table) all of it. Saturating.
-pub(crate) fn table_backed_bytes(base: u64, nr: u64, present: &[(u64, u64)], whole: bool) -> u64 {
-    let Some((sentinels, entries, lines)) = usize::try_from(nr)
+/// holding present frames and the tail (see `FrameTable::build`); all of it when
+/// every section holds memory. Saturating.
+pub(crate) fn table_backed_bytes(base: u64, nr: u64, present: &[(u64, u64)]) -> u64 {
+    let Some((sentinels, _, lines)) = usize::try_from(nr)
         .ok()
         .and_then(|nr| geometry(nr, crate::config::ZONE_LISTS))
     else {
         return crate::config::zone_metadata_bytes(nr);
     };
     let nr = nr as usize;
-    if whole {
-        return (lines * core::mem::size_of::<Line>()) as u64;
-    }
-    let (tail, end) = entry_bytes(tail_first(sentinels), entries);
-    let mut bytes = (end - tail) as u64;
+    let tail = line_start(tail_first(sentinels));
+    let mut bytes = (lines * core::mem::size_of::<Line>() - tail) as u64;
     let mut last = usize::MAX;
     for (a, b) in crate::memmap::populated_runs(base, nr as u64, present) {
-        let first_k = ((base + a) / SECTION_FRAMES - base / SECTION_FRAMES) as usize;
-        let end_k = ((base + b - 1) / SECTION_FRAMES - base / SECTION_FRAMES) as usize + 1;
-        for k in first_k..end_k {
-            if k == last {
-                continue;
+        for k in section_of(base, a as usize)..=section_of(base, b as usize - 1) {
+            if k != last {
+                last = k;
+                let (from, to) = section_bytes(base, nr, sentinels, k);
+                bytes += (to - from) as u64;
             }
-            last = k;
-            let (s, e) = section_entries(base, nr, k);
-            let (from, to) = entry_bytes(s, e);
-            bytes += (to - from) as u64;
         }
     }
     bytes
@@ -581,7 +589,10 @@ impl FrameTable {
             populated: populated.into_boxed_slice(),
         };
         // Back the tail, and the sections that hold present frames.
-        let (tail, end) = entry_bytes(tail_first(sentinels), entries);
+        let (tail, end) = (
+            line_start(tail_first(sentinels)),
+            nr_lines * core::mem::size_of::<Line>(),
+        );
         if !table.populate(tail, end, src) {
             return None;
         }
@@ -731,14 +742,11 @@ impl FrameTable {
         if first >= end {
             return true;
         }
-        let base = self.base;
-        let sec = |i: usize| ((base + i as u64) / SECTION_FRAMES - base / SECTION_FRAMES) as usize;
-        for k in sec(first)..=sec(end - 1) {
+        for k in section_of(self.base, first)..=section_of(self.base, end - 1) {
             if self.populated[k / 64] & (1 << (k % 64)) != 0 {
                 continue;
             }
-            let (s, e) = section_entries(self.base, self.len, k);
-            let (from, to) = entry_bytes(s, e);
+            let (from, to) = section_bytes(self.base, self.len, self.sentinels, k);
             if !self.populate(from, to, src) {
                 return false;
             }
@@ -1346,10 +1354,27 @@ mod tests {
     #[cfg(not(loom))]
     fn a_zone_table_is_the_size_the_config_counts() {
         use crate::config::{zone_metadata_bytes, ZONE_LISTS};
-        for nr in [0usize, 1, 3, 4, 5, 255, 256, 1023, 1024, 4096, 100_000] {
+        for nr in [
+            0usize,
+            1,
+            3,
+            4,
+            5,
+            255,
+            256,
+            1023,
+            1024,
+            4096,
+            100_000,
+            3 * 32_768 + 17,
+        ] {
             let t = FrameTable::new(0, nr, ZONE_LISTS).unwrap();
             let bytes = (t.nr_lines * core::mem::size_of::<Line>()) as u64;
             assert_eq!(bytes, zone_metadata_bytes(nr as u64), "{nr} frames");
+            // All present: the sections and the tail back the whole table.
+            let all = [(0, nr as u64)];
+            assert_eq!(table_backed_bytes(0, nr as u64, &all), bytes, "{nr} frames");
+            assert_eq!(t.backed_bytes() as u64, bytes, "{nr} frames");
         }
     }
 
@@ -1378,7 +1403,7 @@ mod tests {
             "{backed}"
         );
         assert!(backed < present_frames * per_frame * 2);
-        assert_eq!(backed, table_backed_bytes(base, nr as u64, &present, false));
+        assert_eq!(backed, table_backed_bytes(base, nr as u64, &present));
         for pfn in [1000, s / 2 - 1, 40 * s, 41 * s + s / 2 - 1] {
             assert_eq!(v.word_of(Pfn(pfn)), Some(Word::TAIL), "{pfn}");
         }
@@ -1391,8 +1416,8 @@ mod tests {
         assert!(t.make_present(first, first + 512, &mut TableSource::Own));
         assert_eq!(
             t.backed_bytes() as u64 - backed,
-            table_backed_bytes(base, nr as u64, &[(70 * s, 70 * s + 1)], false)
-                - table_backed_bytes(base, nr as u64, &[], false)
+            table_backed_bytes(base, nr as u64, &[(70 * s, 70 * s + 1)])
+                - table_backed_bytes(base, nr as u64, &[])
         );
         let v = t.view();
         v.set_word(first as u32 + 3, Word::buddy(Order(0)));
