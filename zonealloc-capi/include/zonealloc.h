@@ -759,7 +759,8 @@ const char *zonealloc_strerror(int code);
  * successful calls leave it as it was, as errno.
  *
  * Errors: returns the last error's code (ZONEALLOC_OK if no call of this
- * thread failed yet); ZONEALLOC_ERR_INVALID_ARGUMENT for a misaligned @info.
+ * thread failed yet); ZONEALLOC_ERR_INVALID_ARGUMENT for a misaligned @info,
+ * which does not replace the last error.
  * Threads: any thread, at any time; reads only the calling thread's state.
  */
 int zonealloc_last_error(struct zonealloc_error_info *info);
@@ -774,7 +775,7 @@ int zonealloc_last_error(struct zonealloc_error_info *info);
  * "no error" if no call of this thread failed yet.
  *
  * Errors: ZONEALLOC_ERR_NULL_POINTER (@buf NULL with @cap > 0), as a negative
- * result.
+ * result; it does not replace the last error.
  * Threads: any thread, at any time; reads only the calling thread's state.
  */
 int64_t zonealloc_last_error_message(char *buf, size_t cap);

@@ -204,7 +204,7 @@ pub(crate) unsafe fn on_handle_len(
 
 /// A panic payload's message. The payload is dropped inside a `catch_unwind` of
 /// its own, since its destructor may panic too.
-fn panic_message(payload: Box<dyn Any + Send>) -> String {
+pub(crate) fn panic_message(payload: Box<dyn Any + Send>) -> String {
     let msg = if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {

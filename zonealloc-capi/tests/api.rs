@@ -831,6 +831,15 @@ fn the_last_error_is_per_thread_and_kept_by_successes() {
             unsafe { zonealloc_last_error(ptr::null_mut()) },
             Status::FreeAlreadyFree.code()
         );
+        // Reading the error fails here, and does not replace it.
+        // SAFETY: NULL with a capacity is refused before any write.
+        let rc = unsafe { zonealloc_last_error_message(ptr::null_mut(), 8) };
+        assert_eq!(rc, i64::from(Status::NullPointer.code()));
+        let misaligned = (ptr::dangling_mut::<u64>() as usize + 1) as *mut zonealloc_error_info;
+        // SAFETY: a misaligned pointer is refused before any write.
+        let rc = unsafe { zonealloc_last_error(misaligned) };
+        assert_eq!(rc, Status::InvalidArgument.code());
+        assert_eq!(last_info().code, Status::FreeAlreadyFree.code());
     })
     .join()
     .unwrap();
