@@ -17,7 +17,8 @@
  * length (>= 0) or a negative code. There is one code per error variant of the
  * Rust core, grouped by the type it comes from (ZONEALLOC_ERR_ALLOC_*,
  * _FREE_*, _CONTIG_*, _CONFIG_*). A failing call changes nothing: no block is
- * allocated or freed, no out parameter is written. The payload of the error (the
+ * allocated or freed, no out parameter is written (the one exception is
+ * named at zonealloc_alloc_contig_range()). The payload of the error (the
  * frame, the order, the node, the rejected value) and the core's message are
  * kept for the calling thread until its next failing call:
  * zonealloc_last_error() and zonealloc_last_error_message() read them.
@@ -495,7 +496,9 @@ int zonealloc_page_address(const struct zonealloc *za, uint64_t pfn, void **addr
  * Each frame becomes an order-0 page with one reference; free them with
  * zonealloc_free_contig_range(). The range's pageblocks are isolated while the
  * call works and this zone's per-CPU lists are drained into them. A range with
- * a frame in use fails before anything is isolated.
+ * a frame in use fails before anything is isolated; one whose free frame
+ * another thread takes meanwhile fails after that drain (no frame changes
+ * owner, as with Linux's alloc_contig_range()).
  *
  * Errors: ZONEALLOC_ERR_CONTIG_INVALID_RANGE, _CROSSES_ZONE, _BUSY (the last
  * error's pfn is the first frame in use), _ISOLATED (all
