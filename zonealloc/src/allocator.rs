@@ -84,7 +84,7 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     pub(crate) fast_zone: [u8; MAX_NR_ZONES],
     /// Every `LocalCache` holding blocks of its own (where `fast` is off), so that
     /// drains and the slow path reach what idle owners hold.
-    pub(crate) caches: crate::sync::Lock<Vec<alloc::sync::Weak<crate::local::CacheShared>>>,
+    pub(crate) caches: crate::sync::Lock<Vec<alloc::sync::Weak<crate::local_state::CacheShared>>>,
     /// `min_free_kbytes` in force, and whether it was given (`Some`) rather than
     /// computed from the zone sizes (Linux's `user_min_free_kbytes`), which a
     /// resize after offlining or onlining recomputes.
@@ -95,12 +95,12 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// Compaction: per-zone scanner state, the migrator, tunables, counters.
     pub(crate) compact: crate::compact_state::CompactState,
     /// Free page reporting: the reporter and its counters (see `reporting`).
-    pub(crate) reporting: crate::reporting::ReportingState,
+    pub(crate) reporting: crate::reporting_state::ReportingState,
     /// Reclaim: the shrinkers, kswapd's wake-ups, the counters (see `shrinker`,
     /// `reclaim`).
     pub(crate) reclaim: crate::shrinker::ReclaimState,
     /// Contiguous memory areas (see `cma`).
-    pub(crate) cma: crate::cma::CmaState,
+    pub(crate) cma: crate::cma_state::CmaState,
 }
 
 impl ZoneAllocator<AbstractFrames> {
@@ -182,7 +182,7 @@ impl<B: Backend> ZoneAllocator<B> {
         for z in zones.iter_mut() {
             z.boost_factor = config.watermark_boost_factor;
         }
-        crate::cma::mark_areas(&config.cma, &mut zones);
+        crate::cma_state::mark_areas(&config.cma, &mut zones);
         for z in &zones {
             z.lock().release_initial_frames();
         }
@@ -248,7 +248,7 @@ impl<B: Backend> ZoneAllocator<B> {
         });
         let debug = config.debug;
         let compact = crate::compact_state::CompactState::new(&zones);
-        let cma = crate::cma::CmaState::new(&config.cma, &zones);
+        let cma = crate::cma_state::CmaState::new(&config.cma, &zones);
         let mut za = ZoneAllocator {
             min_free_kbytes: core::sync::atomic::AtomicU64::new(0),
             min_free_kbytes_given: false,
@@ -265,7 +265,7 @@ impl<B: Backend> ZoneAllocator<B> {
             backend,
             debug: DebugState::new(debug),
             compact,
-            reporting: crate::reporting::ReportingState::new(),
+            reporting: crate::reporting_state::ReportingState::new(),
             reclaim: crate::shrinker::ReclaimState::new(nr_nodes),
             cma,
         };

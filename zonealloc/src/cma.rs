@@ -83,21 +83,17 @@
 //! * Linux lets a movable request that will be pinned for long skip CMA
 //!   (`memalloc_pin`); there is no pinning here.
 
-use alloc::boxed::Box;
 use alloc::string::String;
-use alloc::vec::Vec;
 
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
-use crate::config::CmaConfig;
-use crate::counter::Counter;
+use crate::cma_state::CmaArea;
 use crate::error::FreeError;
 use crate::frame::FLAG_CMA;
 use crate::hook::InCallback;
 use crate::migrate::{Blocker, MoveOutError};
 use crate::migrator::Migrate;
-use crate::sync::{Lock, TryLock};
-use crate::types::{Migratetype, Order, Pfn};
+use crate::types::{Order, Pfn};
 use crate::zone::Zone;
 
 /// Why `cma_alloc` or `cma_release` was refused.
@@ -191,92 +187,6 @@ pub struct CmaAreaInfo {
 /// Passes of drain, migrate and take over one run before `cma_alloc` gives the
 /// run up as busy.
 const CMA_TRIES: u32 = 8;
-
-/// One contiguous memory area.
-pub(crate) struct CmaArea {
-    name: String,
-    pub base: Pfn,
-    pub count: u64,
-    /// The zone holding it (index into the allocator's zones).
-    pub zone: usize,
-    /// Which frames `cma_alloc` holds or tries, and how many it has handed out.
-    pub bitmap: Lock<CmaBits>,
-    /// Serialises the isolate-migrate-take step of this area's calls.
-    pub contig: TryLock<()>,
-    alloc_pages_success: Counter,
-    alloc_pages_fail: Counter,
-    release_pages_success: Counter,
-}
-
-/// An area's bitmap and count, under one lock.
-pub(crate) struct CmaBits {
-    /// One bit per frame, set while `cma_alloc` holds or tries the frame.
-    pub bits: Vec<u64>,
-    /// Frames `cma_alloc` has handed out and `cma_release` not taken back.
-    pub allocated: u64,
-}
-
-/// The allocator's CMA state: its areas and the vmstat events.
-pub(crate) struct CmaState {
-    pub areas: Box<[CmaArea]>,
-    /// `cma_alloc_success`, `cma_alloc_fail`: calls.
-    pub alloc_success: Counter,
-    pub alloc_fail: Counter,
-}
-
-impl CmaState {
-    /// The areas of `cma` (a validated configuration), each in the zone among
-    /// `zones` that holds it.
-    pub(crate) fn new(cma: &[CmaConfig], zones: &[Zone]) -> CmaState {
-        let areas = cma
-            .iter()
-            .map(|c| CmaArea {
-                name: c.name.clone(),
-                base: c.base,
-                count: c.nr_pages,
-                zone: zones
-                    .iter()
-                    .position(|z| z.contains(c.base))
-                    .expect("a validated area lies in a zone"),
-                bitmap: Lock::new(CmaBits {
-                    bits: alloc::vec![0; c.nr_pages.div_ceil(64) as usize],
-                    allocated: 0,
-                }),
-                contig: TryLock::new(()),
-                alloc_pages_success: Counter::new(),
-                alloc_pages_fail: Counter::new(),
-                release_pages_success: Counter::new(),
-            })
-            .collect();
-        CmaState {
-            areas,
-            alloc_success: Counter::new(),
-            alloc_fail: Counter::new(),
-        }
-    }
-
-    /// Whether any area is configured (the kernel-format outputs then print
-    /// what a kernel built with CMA prints).
-    pub(crate) fn enabled(&self) -> bool {
-        !self.areas.is_empty()
-    }
-}
-
-/// Marks the pageblocks of every area `Cma`, before the zones' frames are
-/// released onto the free lists.
-pub(crate) fn mark_areas(cma: &[CmaConfig], zones: &mut [Zone]) {
-    for c in cma {
-        let Some(z) = zones.iter_mut().find(|z| z.contains(c.base)) else {
-            continue;
-        };
-        z.cma_pages += c.nr_pages;
-        let pb = z.pageblock_order.nr_pages();
-        let zl = z.lock();
-        for b in (c.base.0..c.base.0 + c.nr_pages).step_by(pb as usize) {
-            zl.set_pageblock_type(Pfn(b), Migratetype::Cma);
-        }
-    }
-}
 
 /// Whether bit `i` of `bits` is set.
 #[inline]

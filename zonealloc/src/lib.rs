@@ -116,6 +116,7 @@ mod buddy;
 mod buf;
 mod check;
 pub mod cma;
+mod cma_state;
 mod compact_state;
 pub mod compaction;
 mod config;
@@ -132,6 +133,7 @@ mod hook;
 pub mod hotplug;
 mod isolate;
 pub mod local;
+mod local_state;
 pub mod memmap;
 pub mod migrate;
 mod migrator;
@@ -144,6 +146,7 @@ mod pcp;
 mod platform;
 pub mod reclaim;
 pub mod reporting;
+mod reporting_state;
 #[cfg(all(
     feature = "std",
     target_os = "linux",

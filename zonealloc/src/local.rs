@@ -79,14 +79,12 @@ use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
 use crate::frame::{Tag, Word, FLAG_ISOLATED};
 use crate::gfp::{AllocFlags, Gfp};
+use crate::local_state::{CacheShared, Held, LOCAL_ORDERS};
 use crate::pcp::{pcp_allowed_order, PcpLocked};
 use crate::stack_limits::MIN_BATCHES;
 use crate::sync::{TryLock, TryLockGuard};
-use crate::types::{Migratetype, Order, Pfn, Wmark, PAGE_ALLOC_COSTLY_ORDER};
+use crate::types::{Migratetype, Order, Pfn, Wmark};
 use crate::zone::Zone;
-
-/// Orders a cache holds: `0..=PAGE_ALLOC_COSTLY_ORDER`.
-const LOCAL_ORDERS: usize = PAGE_ALLOC_COSTLY_ORDER as usize + 1;
 
 /// Blocks a refill takes and a flush gives back, by default.
 pub const LOCAL_CACHE_BATCH: usize = 32;
@@ -137,41 +135,6 @@ pub struct LocalCache<'a, B: Backend> {
     shared: Option<Arc<CacheShared>>,
 }
 
-/// What the allocator can reach of a cache: its blocks behind their lock, and how
-/// many pages they are (written by the lock's holder, read by anyone).
-pub(crate) struct CacheShared {
-    held: TryLock<Held>,
-    pages: crate::counter::Counter,
-    /// The zone (its index) and the CPU whose lists the cache refills from: its
-    /// pages count with that CPU's per-CPU pages.
-    zone: usize,
-    cpu: usize,
-}
-
-/// A cache's blocks and tuning, behind its lock.
-struct Held {
-    /// Index of the cache's zone in the allocator.
-    zone: usize,
-    stacks: [Vec<Pfn>; LOCAL_ORDERS],
-    /// Pages on `stacks`.
-    pages: u64,
-    /// A call since the last `pcp_decay` (see `ZoneAllocator::decay_caches`).
-    used: bool,
-    /// Per order: batches held before a free flushes (`MIN_BATCHES` to
-    /// `LOCAL_CACHE_MAX_BATCHES`), and flushes since the last refill.
-    limit: [u8; LOCAL_ORDERS],
-    flush_run: [u8; LOCAL_ORDERS],
-    /// Per order: a refill takes `batch << alloc_factor` blocks. Each refill
-    /// raises it by one (up to `LOCAL_CACHE_MAX_BATCHES` batches a refill), a
-    /// flush sets it back to 0: Linux's `pcp->alloc_factor`, which grows the
-    /// same way over a run of refills (Linux also halves it on every free; here
-    /// only a flush resets it, so the free path writes nothing more).
-    alloc_factor: [u8; LOCAL_ORDERS],
-    /// Per order: the stack length at which a free flushes, `limit` batches
-    /// (kept up to date by `set_flush_at`, so a free compares one number).
-    flush_at: [usize; LOCAL_ORDERS],
-}
-
 type HeldGuard<'g> = TryLockGuard<'g, Held>;
 
 impl Held {
@@ -196,14 +159,6 @@ impl Held {
             self.flush_order(za, Order(o as u8), usize::MAX);
         }
         before - self.pages
-    }
-}
-
-impl CacheShared {
-    /// Publishes the pages the holder's `Held` holds.
-    #[inline(always)]
-    fn publish(&self, h: &Held) {
-        self.pages.set(h.pages);
     }
 }
 

@@ -81,14 +81,16 @@
 //! `alloc_contig_range` over them fails as over any busy frame (Linux's
 //! isolated-for-report pages likewise make it fail with `-EBUSY`).
 
+#[cfg(all(feature = "std", not(loom)))]
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
-use crate::counter::Counter;
 use crate::frame::Word;
-use crate::sync::{AtomicBool, Lock, Ordering};
+use crate::reporting_state::Registered;
+pub use crate::reporting_state::{PageReporter, ReportRefused, Reporter};
+use crate::sync::{AtomicBool, Ordering};
 use crate::types::{Migratetype, Order, Pfn, Wmark, MIGRATE_TYPES};
 use crate::zone::Zone;
 
@@ -125,41 +127,6 @@ impl Default for ReportingConfig {
 /// Linux's `PAGE_REPORTING_DELAY`: how long after a free the pass runs (two
 /// seconds), in milliseconds; [`PageReportingWorker`]'s default.
 pub const PAGE_REPORTING_DELAY_MS: u64 = 2000;
-
-/// An owner's reporter: told of free blocks it may take the memory of.
-pub trait PageReporter: Send + Sync {
-    /// Reports `blocks`, each `(head, order)`, free and reserved for this call:
-    /// no one allocates them until it returns. `Ok` marks them reported (not
-    /// offered again until reused); `Err` gives them back unreported and ends the
-    /// pass. Called with no allocator lock held.
-    ///
-    /// # Errors
-    /// The reporter's refusal.
-    fn report(&self, blocks: &[(Pfn, Order)]) -> Result<(), ReportRefused>;
-}
-
-/// A reporter's refusal of a batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReportRefused;
-
-/// Who is told of free blocks.
-#[derive(Clone)]
-pub enum Reporter {
-    /// The backend gives the blocks' memory back itself (`Backend::discard_pages`):
-    /// over an arena, `madvise`.
-    Backend,
-    /// An owner's reporter.
-    Hook(Arc<dyn PageReporter>),
-}
-
-impl core::fmt::Debug for Reporter {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Reporter::Backend => f.write_str("Backend"),
-            Reporter::Hook(_) => f.write_str("Hook(..)"),
-        }
-    }
-}
 
 /// Why a reporting call was refused or stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,45 +209,6 @@ pub struct ReportingStats {
     pub refused: u64,
     /// Batches whose reporter panicked.
     pub panicked: u64,
-}
-
-/// The registered reporter with its order.
-#[derive(Clone)]
-struct Registered {
-    how: Reporter,
-    order: Order,
-    capacity: usize,
-    /// Which registration this is: a pass stops when it is no longer current.
-    epoch: u64,
-}
-
-/// The allocator's reporting state.
-pub(crate) struct ReportingState {
-    registered: Lock<Option<Registered>>,
-    epochs: crate::sync::AtomicU64,
-    running: AtomicBool,
-    passes: Counter,
-    batches: Counter,
-    blocks: Counter,
-    pages: Counter,
-    refused: Counter,
-    panicked: Counter,
-}
-
-impl ReportingState {
-    pub(crate) fn new() -> ReportingState {
-        ReportingState {
-            registered: Lock::new(None),
-            epochs: crate::sync::AtomicU64::new(0),
-            running: AtomicBool::new(false),
-            passes: Counter::new(),
-            batches: Counter::new(),
-            blocks: Counter::new(),
-            pages: Counter::new(),
-            refused: Counter::new(),
-            panicked: Counter::new(),
-        }
-    }
 }
 
 /// Clears the running flag when a pass ends, by any way out.
