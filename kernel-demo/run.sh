@@ -22,18 +22,67 @@ cargo build --release ${features:+--features "$features"}
 kernel="$CARGO_TARGET_DIR/x86_64-unknown-none/release/kernel-demo"
 
 echo "==> qemu-system-x86_64 -smp $smp -m $mem (TCG), kernel $kernel${features:+, features: $features}"
+# QEMU's monitor on a pair of FIFOs: if the kernel hangs past the timeout (every
+# CPU spinning with interrupts disabled leaves its own watchdog no tick), the
+# monitor says where each CPU is before QEMU is stopped.
+work=$(mktemp -d)
+qemu_pid=""
+cleanup() {
+    if [ -n "$qemu_pid" ]; then
+        kill -9 "$qemu_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+mkfifo "$work/monitor.in" "$work/monitor.out"
 start=$SECONDS
-set +e
-timeout --kill-after=10 "$timeout_s" qemu-system-x86_64 \
+qemu-system-x86_64 \
     -kernel "$kernel" \
     -smp "$smp" -m "$mem" \
     -accel tcg,thread=multi \
-    -serial stdio -display none -monitor none -no-reboot \
+    -serial stdio -display none -monitor pipe:"$work/monitor" -no-reboot \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
-    </dev/null
+    </dev/null &
+qemu_pid=$!
+cat "$work/monitor.out" >"$work/monitor.log" &
+
+while kill -0 "$qemu_pid" 2>/dev/null && [ $((SECONDS - start)) -lt "$timeout_s" ]; do
+    sleep 1
+done
+hung=0
+if kill -0 "$qemu_pid" 2>/dev/null; then
+    hung=1
+    echo "info registers -a" >"$work/monitor.in"
+    sleep 2
+    kill "$qemu_pid" 2>/dev/null || true
+fi
+set +e
+wait "$qemu_pid"
 status=$?
 set -e
+qemu_pid=""
 elapsed=$((SECONDS - start))
+
+if [ "$hung" = 1 ]; then
+    status=124
+    echo
+    echo "kernel-demo: no verdict after ${timeout_s} s; where each CPU was:"
+    awk '/^CPU#/ { cpu = $1 } /RIP=/ { for (i = 1; i <= NF; i++) if ($i ~ /^RIP=|^RFL=/) printf "%s %s ", (i == 1 ? cpu : ""), $i; print "" }' \
+        "$work/monitor.log" | while read -r cpu rip rfl; do
+        addr=0x${rip#RIP=}
+        where=""
+        if command -v addr2line >/dev/null; then
+            # Function names only, innermost first, without the library's.
+            where=$(addr2line -f -i -C -e "$kernel" "$addr" | awk 'NR % 2 == 1' |
+                grep -v -E '^<?(core|alloc|spin)::' | head -n 4 | paste -sd'|' | sed 's/|/ <- /g')
+        fi
+        irq=off
+        if (( (0x${rfl#RFL=} >> 9) & 1 )); then
+            irq=on
+        fi
+        echo "  $cpu $rip interrupts $irq: $where"
+    done
+fi
 
 # The kernel writes v to isa-debug-exit and QEMU exits with (v << 1) | 1; the
 # values are src/exit.rs's.
@@ -53,7 +102,7 @@ case $status in
     57) verdict="check_invariants reported a violation" ;;
     59) verdict="the kernel's watchdog fired (a hang)" ;;
     61) verdict="a stack overflowed" ;;
-    124 | 137) verdict="QEMU ran past ${timeout_s} s and was killed" ;;
+    124) verdict="QEMU ran past ${timeout_s} s and was stopped" ;;
     0) verdict="QEMU exited without a verdict (a triple fault resets, and -no-reboot ends it)" ;;
     *) verdict="QEMU exited with status $status" ;;
 esac

@@ -36,6 +36,7 @@ const ICR_PENDING: u32 = 1 << 12;
 const ICR_ASSERT: u32 = 1 << 14;
 const ICR_INIT: u32 = 0b101 << 8;
 const ICR_STARTUP: u32 = 0b110 << 8;
+const ICR_NMI: u32 = 0b100 << 8;
 /// Divide configuration 0b0011: the timer counts at the bus clock / 16.
 const DIVIDE_BY_16: u32 = 0b0011;
 
@@ -156,6 +157,11 @@ fn send(apic_id: u32, low: u32) {
 /// A fixed interrupt with `vector` to the CPU whose local APIC id is `apic_id`.
 pub fn send_ipi(apic_id: u32, vector: u8) {
     send(apic_id, ICR_ASSERT | u32::from(vector));
+}
+
+/// A non-maskable interrupt to `apic_id` (reaches it with interrupts disabled).
+pub fn send_nmi(apic_id: u32) {
+    send(apic_id, ICR_ASSERT | ICR_NMI);
 }
 
 /// INIT (asserted): puts the target in wait-for-start-up.

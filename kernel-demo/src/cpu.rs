@@ -89,6 +89,11 @@ pub fn is_online(cpu: usize) -> bool {
     cpu < MAX_CPUS && PER_CPU[cpu].online.load(Ordering::Acquire)
 }
 
+/// The local APIC id of CPU `cpu`, if it is online.
+pub fn apic_id_of(cpu: usize) -> Option<u32> {
+    is_online(cpu).then(|| PER_CPU[cpu].apic_id.load(Ordering::Relaxed))
+}
+
 /// (b) The index of the CPU this runs on, `0..nr_cpus`: Linux's
 /// `smp_processor_id()`, and the allocator's `Config::cpu_id`. A caller that can
 /// be moved to another CPU gets an answer that may be stale by the time it is

@@ -134,9 +134,10 @@ static IDT: Once<InterruptDescriptorTable> = Once::new();
 pub fn load_idt() {
     let idt = IDT.call_once(|| {
         let mut idt = InterruptDescriptorTable::new();
-        // SAFETY (every `set_handler_addr` below): the address is the entry stub
-        // of that very vector, which saves the registers, calls `trap_dispatch`
-        // and returns with `iretq`, or never returns for exceptions.
+        // SAFETY: every address given to `set_handler_addr` below is the entry
+        // stub of that very vector, which saves the registers, calls
+        // `trap_dispatch` and returns with `iretq` (or never returns, for
+        // exceptions); IST index 0 is set in every CPU's TSS (see `gdt`).
         unsafe {
             for v in [0u8, 1, 2, 3, 4, 5, 6, 7, 9, 16, 19, 20, 28] {
                 idt[v].set_handler_addr(stub(v));
@@ -174,9 +175,11 @@ pub fn enable() {
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     match frame.vector {
         v if v == u64::from(TIMER_VECTOR) => {
-            tick::on_tick();
+            tick::on_tick(frame.rip, frame.rflags);
             apic::eoi();
         }
+        // The watchdog's NMI: say where this CPU was, and stop.
+        2 if tick::watchdog_fired() => tick::on_watchdog_nmi(frame.rip, frame.rflags),
         v if v == u64::from(SYNC_VECTOR) => {
             cpu::on_sync_ipi();
             apic::eoi();

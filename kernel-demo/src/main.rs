@@ -193,7 +193,7 @@ fn run_cpu(cpu: usize) -> ! {
 fn finish(za: &ZoneAllocator) -> ! {
     let nr_cpus = za.config().nr_cpus;
     let t = stress::totals(nr_cpus);
-    let drained = za.drain_all_pages();
+    let drained = stress::za_call(|| za.drain_all_pages());
     let (free, pcp, managed) = (za.nr_free_pages(), za.nr_pcp_pages(), za.managed_pages());
     println!(
         "ledger: allocs {} frees {} (timer handlers {} / {}), frames held {}, drained {drained} from per-CPU lists, free {free} per-CPU {pcp} managed {managed}",
@@ -208,7 +208,7 @@ fn finish(za: &ZoneAllocator) -> ! {
             "nr_free_pages() != managed_pages() after the drain",
         );
     }
-    let report = match za.check_invariants() {
+    let report = match stress::za_call(|| za.check_invariants()) {
         Ok(r) => r,
         Err(v) => boot_failure(Exit::Invariants, &alloc::format!("{v:?}")),
     };

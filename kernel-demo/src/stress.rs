@@ -43,16 +43,16 @@ use zonealloc::{FreeError, Gfp, Order, Pfn, ZoneAllocator};
 use crate::bootmem::PAGE_BYTES;
 use crate::cpu::{self, MAX_CPUS};
 use crate::exit::{exit, Exit};
-use crate::tick;
+use crate::tick::{self, CORE_LOCKS_DISABLE_IRQS, TIMER_ALLOCATES};
 use crate::zones::{DMA32_END_PFN, DMA_END_PFN};
 use crate::{fatal_print, heap, time, BOOT};
 
 /// Rounds of the stress.
-pub const ROUNDS: u32 = 20;
+pub const ROUNDS: u32 = 40;
 /// Churn operations per CPU per round.
-pub const OPS_PER_ROUND: u32 = 3000;
+pub const OPS_PER_ROUND: u32 = 8000;
 /// Blocks a CPU holds at most.
-const HELD_MAX: usize = 256;
+const HELD_MAX: usize = 512;
 /// Blocks a mailbox holds at most; a hand-off to a full one frees locally.
 const MAILBOX_SLOTS: usize = 64;
 /// Blocks each CPU frees twice per round.
@@ -146,13 +146,26 @@ pub fn release(za: &ZoneAllocator, block: Block) {
             !block.tag
         );
     }
-    if let Err(e) = za.free_pages(Pfn(block.pfn), Order(block.order)) {
+    if let Err(e) = za_call(|| za.free_pages(Pfn(block.pfn), Order(block.order))) {
         fail!(
             Exit::FreeRefused,
             "free of held block pfn {:#x} order {} refused: {e}",
             block.pfn,
             block.order
         );
+    }
+}
+
+/// Calls the allocator from thread context. While the timer handler allocates
+/// and the core's locks do not disable interrupts, the call runs with interrupts
+/// disabled, so that the handler never spins on a lock its own CPU holds (see
+/// `tick`).
+#[inline]
+pub fn za_call<R>(f: impl FnOnce() -> R) -> R {
+    if TIMER_ALLOCATES && !CORE_LOCKS_DISABLE_IRQS {
+        cpu::without_interrupts(f)
+    } else {
+        f()
     }
 }
 
@@ -303,7 +316,8 @@ impl Worker<'_> {
         } else {
             (Gfp::KERNEL, u64::MAX)
         };
-        let pfn = match self.za.alloc_pages(gfp, Order(order)) {
+        let za = self.za;
+        let pfn = match za_call(|| za.alloc_pages(gfp, Order(order))) {
             Ok(Pfn(p)) => p,
             Err(e) => fail!(
                 Exit::AllocFailed,
@@ -406,7 +420,8 @@ impl Worker<'_> {
 
     /// A second free of `b`, which must be refused.
     fn refree(&self, b: Block) {
-        match self.za.free_pages(Pfn(b.pfn), Order(b.order)) {
+        let za = self.za;
+        match za_call(|| za.free_pages(Pfn(b.pfn), Order(b.order))) {
             Err(FreeError::AlreadyFree(p)) if p.0 == b.pfn => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
             }
@@ -530,8 +545,8 @@ fn checkpoint(za: &ZoneAllocator, round: u32, nr_cpus: usize) {
             "round {round}: held {held} + free {free} + per-CPU {pcp} != managed {managed}"
         );
     }
-    if round % CHECK_EVERY == 0 || round + 1 == ROUNDS {
-        match za.check_invariants() {
+    if round.is_multiple_of(CHECK_EVERY) || round + 1 == ROUNDS {
+        match za_call(|| za.check_invariants()) {
             Ok(r) if r.allocated_pages == held => {}
             Ok(r) => fail!(
                 Exit::Ledger,
@@ -592,9 +607,7 @@ pub struct Totals {
 /// Adds up every CPU's counters (every CPU quiet).
 pub fn totals(nr_cpus: usize) -> Totals {
     let mut t = Totals::default();
-    for c in 0..nr_cpus {
-        let s = &STATS[c];
-        let k = &tick::STATS[c];
+    for (s, k) in STATS.iter().zip(tick::STATS.iter()).take(nr_cpus) {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         t.allocs += get(&s.allocs);
         t.frees += get(&s.frees);
@@ -620,8 +633,7 @@ pub fn totals(nr_cpus: usize) -> Totals {
 
 /// Per-CPU counters, one line each.
 pub fn print_per_cpu(nr_cpus: usize) {
-    for c in 0..nr_cpus {
-        let s = &STATS[c];
+    for (c, s) in STATS.iter().enumerate().take(nr_cpus) {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         crate::println!(
             "  cpu {c}: allocs {} frees {} (of other CPUs' blocks {}) handed off {} refused double frees {} ticks {} irq allocs {}",
@@ -639,8 +651,7 @@ pub fn print_per_cpu(nr_cpus: usize) {
 /// Where each CPU is, without the console lock (for the watchdog).
 pub fn print_progress_raw() {
     let nr_cpus = NR_CPUS.get().copied().unwrap_or(1);
-    for c in 0..nr_cpus {
-        let s = &STATS[c];
+    for (c, s) in STATS.iter().enumerate().take(nr_cpus) {
         fatal_print!(
             "  cpu {c}: round {} allocs {} frees {} ticks {}\n",
             s.round.load(Ordering::Relaxed),

@@ -10,13 +10,23 @@
 //! by `drain_ring` at the end), so it needs no lock. An `ATOMIC` allocation may
 //! fail without it being an error; failures are counted.
 //!
-//! Stage 1 leaves it off: without a `Platform` the core's locks do not disable
-//! interrupts, so a tick that arrives while its own CPU holds a zone lock would
-//! spin on that lock for ever. The `timer-alloc` feature is the switch: it turns
-//! `TIMER_ALLOCATES` on and hands the allocator the kernel as its `Platform`
-//! (`zones::config`), whose `irq_save`/`irq_restore` the core takes around every
-//! lock of its own (as Linux's `spin_lock_irqsave`), so that the handler never
+//! Stage 1 leaves it off: the core's locks do not disable interrupts, so a tick
+//! that arrives while its own CPU holds a zone lock would spin on that lock for
+//! ever. The `timer-alloc` feature is the switch. It turns `TIMER_ALLOCATES` on,
+//! hands the allocator the kernel as its `Platform` (`zones::config`), and, while
+//! `CORE_LOCKS_DISABLE_IRQS` is `false`, runs every allocator call the stress
+//! makes with interrupts disabled (`stress::za_call`), so that the handler never
 //! waits for a lock its own CPU holds.
+//!
+//! `CORE_LOCKS_DISABLE_IRQS` says whether the core takes its own locks with
+//! interrupts disabled through `Config::platform` (as Linux's
+//! `spin_lock_irqsave`). zonealloc has the `Platform` trait and a lock type that
+//! takes interrupts off through it, but builds its zone and per-CPU locks
+//! without it, so a `Config::platform` changes nothing yet: with this `true`, the
+//! first seconds of the stress deadlock (every CPU spinning on the Normal zone's
+//! lock, one of them in its timer handler over its own thread in `rmqueue_bulk`).
+//! Once the core wires the platform into its locks, this becomes `true` and the
+//! kernel's own wrapping goes.
 //!
 //! While the stress checks an exact ledger or re-frees blocks it has freed, the
 //! kernel turns handler allocation off (`pause_allocation`): a block the handler
@@ -30,7 +40,7 @@ use zonealloc::{Gfp, Order, Pfn};
 use crate::cpu::{self, MAX_CPUS};
 use crate::exit::{exit, Exit};
 use crate::stress::{self, Block};
-use crate::{fatal_print, ALLOCATOR};
+use crate::{apic, fatal_print, time, ALLOCATOR};
 
 /// Timer interrupts per second on each CPU.
 pub const TIMER_HZ: u32 = 1000;
@@ -38,14 +48,19 @@ pub const TIMER_HZ: u32 = 1000;
 /// Whether the timer handler allocates and frees (see the module docs).
 pub const TIMER_ALLOCATES: bool = cfg!(feature = "timer-alloc");
 
+/// Whether zonealloc's own locks disable interrupts (see the module docs).
+pub const CORE_LOCKS_DISABLE_IRQS: bool = false;
+
 /// Blocks one CPU's handler holds at most.
 const RING_SLOTS: usize = 8;
 
 /// Ticks a handler's block is held before the handler frees it.
 const HOLD_TICKS: u64 = 4;
 
-/// Seconds of ticks on the bootstrap processor after which an unfinished run is
-/// declared hung.
+/// Seconds after boot at which an unfinished run is declared hung, by the first
+/// CPU whose timer interrupt finds it so. A hang in which every CPU spins with
+/// interrupts disabled takes no tick: run.sh's own timeout then asks QEMU where
+/// each CPU is.
 const WATCHDOG_SECONDS: u64 = 150;
 
 /// One CPU's tick counters. Relaxed: each is written by its own CPU's handler
@@ -87,6 +102,9 @@ static ALLOCATION_ON: AtomicBool = AtomicBool::new(false);
 /// Set once the run has reached its verdict: the watchdog stands down.
 pub static FINISHED: AtomicBool = AtomicBool::new(false);
 
+/// Set by the CPU whose tick fires the watchdog (one CPU only).
+static WATCHDOG_FIRED: AtomicBool = AtomicBool::new(false);
+
 struct Ring(UnsafeCell<[Option<(Block, u64)>; RING_SLOTS]>);
 
 // SAFETY: ring `c` is only touched on CPU `c` with interrupts disabled (see the
@@ -105,16 +123,20 @@ pub fn pause_allocation() {
     ALLOCATION_ON.store(false, Ordering::Release);
 }
 
-/// The timer interrupt (interrupts disabled).
-pub fn on_tick() {
+/// The timer interrupt (interrupts disabled), which interrupted `rip`.
+pub fn on_tick(rip: u64, rflags: u64) {
     let cpu = cpu::this_cpu();
     let now = STATS[cpu].ticks.fetch_add(1, Ordering::Relaxed) + 1;
+    // First, so that a handler about to block in the allocator still looks.
+    if now.is_multiple_of(u64::from(TIMER_HZ))
+        && time::since_boot_ms() > WATCHDOG_SECONDS * 1000
+        && !FINISHED.load(Ordering::Relaxed)
+        && !WATCHDOG_FIRED.swap(true, Ordering::AcqRel)
+    {
+        watchdog(cpu, rip, rflags);
+    }
     if TIMER_ALLOCATES && ALLOCATION_ON.load(Ordering::Acquire) {
         allocate_and_free(cpu, now);
-    }
-    if cpu == 0 && now > WATCHDOG_SECONDS * u64::from(TIMER_HZ) && !FINISHED.load(Ordering::Relaxed)
-    {
-        watchdog();
     }
 }
 
@@ -184,9 +206,39 @@ pub fn drain_ring() {
     });
 }
 
-/// The run has taken too long: print where each CPU is and end it.
-fn watchdog() -> ! {
-    fatal_print!("\nWATCHDOG: no verdict after {WATCHDOG_SECONDS} s of ticks on cpu 0\n");
+/// Whether the watchdog has fired (the NMI handler asks).
+pub fn watchdog_fired() -> bool {
+    WATCHDOG_FIRED.load(Ordering::Acquire)
+}
+
+/// Where a CPU was when the watchdog stopped it.
+fn print_where(cpu: usize, rip: u64, rflags: u64) {
+    const IF: u64 = 1 << 9;
+    fatal_print!(
+        "  cpu {cpu} was at rip {rip:#x}, interrupts {} (addr2line -e <kernel> {rip:#x})\n",
+        if rflags & IF != 0 { "on" } else { "off" }
+    );
+}
+
+/// The run has taken too long: say where every CPU is (the others through an
+/// NMI, which reaches a CPU spinning with interrupts disabled), then end it.
+fn watchdog(cpu: usize, rip: u64, rflags: u64) -> ! {
+    fatal_print!("\nWATCHDOG: no verdict {WATCHDOG_SECONDS} s after boot\n");
+    print_where(cpu, rip, rflags);
+    for other in (0..MAX_CPUS).filter(|&c| c != cpu) {
+        if let Some(id) = cpu::apic_id_of(other) {
+            apic::send_nmi(id);
+            time::delay_us(50_000);
+        }
+    }
     stress::print_progress_raw();
     exit(Exit::Watchdog)
+}
+
+/// The watchdog's NMI on another CPU: report, then stop here for good.
+pub fn on_watchdog_nmi(rip: u64, rflags: u64) -> ! {
+    print_where(cpu::this_cpu(), rip, rflags);
+    loop {
+        x86_64::instructions::hlt();
+    }
 }
