@@ -74,7 +74,8 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::allocator::{DirectCompact, ZoneAllocator};
+use crate::allocate::DirectCompact;
+use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::buddy::FreeDelta;
 use crate::fragindex::{contig_page_info, fragmentation_index};

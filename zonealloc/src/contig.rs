@@ -27,12 +27,14 @@
 
 use alloc::vec::Vec;
 
-use crate::allocator::{Head, Holder, Via, ZoneAllocator};
+use crate::allocate::Head;
+use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::error::FreeError;
 use crate::frame::{
     Tag, Word, FLAG_GUARDED, FLAG_ISOLATED, FLAG_LAZY, FLAG_MIGRATING, FLAG_VMALLOC,
 };
+use crate::free::{Holder, Via};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::pcp_allowed_order;
 use crate::sync::backoff;

@@ -23,7 +23,8 @@
 //! isolated or highatomic pageblock, a block with references or an owner flag, a
 //! stopped CPU) takes the ordinary path, unchanged.
 
-use crate::allocator::{Head, ZoneAllocator};
+use crate::allocate::Head;
+use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::buf::Buf;
 use crate::frame::{Tag, Word};
@@ -310,7 +311,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut pfns = Buf::<Pfn, { STACK_CAP + 1 }>::new();
         for &i in buf.as_slice() {
             let d = z.pfn_of(i);
-            crate::allocator::prefetch_merge(z, d, order);
+            crate::free::prefetch_merge(z, d, order);
             pfns.push(d);
         }
         pfns.push(pfn);

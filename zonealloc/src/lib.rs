@@ -97,6 +97,7 @@
 //! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
 //! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
 
+mod allocate;
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -123,11 +124,13 @@ mod config;
 pub mod contig;
 mod counter;
 mod debug;
+mod drain;
 mod error;
 mod fast;
 mod fault;
 mod fragindex;
 mod frame;
+mod free;
 mod gfp;
 mod hook;
 pub mod hotplug;

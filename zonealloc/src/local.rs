@@ -70,14 +70,15 @@
 //! allocated (to the cache); the debug modes poison a block when it enters the cache
 //! and check it when it leaves.
 
-use alloc::sync::{Arc, Weak};
-use alloc::vec::Vec;
+use alloc::sync::Arc;
 
-use crate::allocator::{Head, Holder, Via, ZoneAllocator};
+use crate::allocate::Head;
+use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::error::{AllocError, FreeError};
 use crate::fault::FaultSite;
 use crate::frame::{Tag, Word, FLAG_ISOLATED};
+use crate::free::{Holder, Via};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::local_state::{CacheShared, Held, LOCAL_ORDERS};
 use crate::pcp::{pcp_allowed_order, PcpLocked};
@@ -137,31 +138,6 @@ pub struct LocalCache<'a, B: Backend> {
 
 type HeldGuard<'g> = TryLockGuard<'g, Held>;
 
-impl Held {
-    /// Gives the `n` oldest blocks of `order` back to the buddy lists.
-    fn flush_order<B: Backend>(&mut self, za: &ZoneAllocator<B>, order: Order, n: usize) -> u64 {
-        let stack = &mut self.stacks[order.idx()];
-        let n = n.min(stack.len());
-        if n == 0 {
-            return 0;
-        }
-        za.free_cached(&za.zones[self.zone], order, &stack[..n]);
-        stack.drain(..n);
-        self.pages -= (n as u64) << order.0;
-        n as u64
-    }
-
-    /// Gives every block back; returns the pages given back.
-    fn flush_all<B: Backend>(&mut self, za: &ZoneAllocator<B>) -> u64 {
-        let before = self.pages;
-        self.alloc_factor = [0; LOCAL_ORDERS];
-        for o in 0..LOCAL_ORDERS {
-            self.flush_order(za, Order(o as u8), usize::MAX);
-        }
-        before - self.pages
-    }
-}
-
 impl<B: Backend> ZoneAllocator<B> {
     /// A `LocalCache` for requests of `gfp`, refilled first from the list of the CPU
     /// the caller runs on now.
@@ -217,65 +193,6 @@ impl<B: Backend> ZoneAllocator<B> {
             shared,
         }
         .with_batch(LOCAL_CACHE_BATCH))
-    }
-
-    /// The registered caches still alive.
-    fn live_caches(&self) -> Vec<Arc<CacheShared>> {
-        self.caches
-            .lock()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect()
-    }
-
-    /// Empties every `LocalCache` (their owners' calls wait meanwhile). Returns
-    /// the pages given back.
-    pub(crate) fn drain_caches(&self) -> u64 {
-        self.live_caches()
-            .iter()
-            .map(|c| {
-                let mut h = c.held.lock();
-                let n = h.flush_all(self);
-                c.publish(&h);
-                n
-            })
-            .sum()
-    }
-
-    /// Empties the caches whose owners made no call since the last decay, skipping
-    /// any in use now; marks the others unused. Returns whether a cache still holds
-    /// pages.
-    pub(crate) fn decay_caches(&self) -> bool {
-        let mut more = false;
-        for c in self.live_caches() {
-            let Some(mut h) = c.held.try_lock() else {
-                more = true;
-                continue;
-            };
-            if !h.used {
-                h.flush_all(self);
-                c.publish(&h);
-            }
-            h.used = false;
-            more |= h.pages > 0;
-        }
-        more
-    }
-
-    /// Free pages held by `LocalCache`s now (part of `nr_pcp_pages`, and of
-    /// zoneinfo's per-CPU `count` for the CPU each cache refills from; not in
-    /// `nr_free_pages`). Always 0 where the per-CPU stacks serve the caches.
-    pub fn nr_cached_pages(&self) -> u64 {
-        self.live_caches().iter().map(|c| c.pages.get()).sum()
-    }
-
-    /// Pages held by the caches of zone `z` that refill from CPU `cpu`'s lists.
-    pub(crate) fn cached_pages_of(&self, z: &Zone, cpu: usize) -> u64 {
-        self.live_caches()
-            .iter()
-            .filter(|c| c.zone == z.index && c.cpu == cpu)
-            .map(|c| c.pages.get())
-            .sum()
     }
 }
 

@@ -112,11 +112,12 @@
 //! (`split_page`, a guard) answer `Busy` while it is isolated; the multi-page frees
 //! drop the owner's references on it as `free_pages` does.
 
-use crate::allocator::{Via, ZoneAllocator};
+use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::frame::{
     Tag, Word, FLAG_ISOLATED, FLAG_LAZY, FLAG_MIGRATING, MIGRATING_BASE, REFCOUNT_MAX,
 };
+use crate::free::Via;
 use crate::gfp::AllocFlags;
 use crate::hook::{self, InCallback, Panicked};
 use crate::migrator::{Migrate, MigrateOutcome, Migration};

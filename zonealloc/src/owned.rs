@@ -14,9 +14,11 @@
 
 use core::fmt;
 
-use crate::allocator::{Head, Holder, Via, ZoneAllocator};
+use crate::allocate::Head;
+use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::error::{AllocError, FreeError};
+use crate::free::{Holder, Via};
 use crate::gfp::Gfp;
 use crate::local::LocalCache;
 use crate::types::{Order, Pfn};

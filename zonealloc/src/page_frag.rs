@@ -56,11 +56,13 @@
 
 use core::ptr::NonNull;
 
-use crate::allocator::{Head, Holder, Via, ZoneAllocator};
+use crate::allocate::Head;
+use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::config::FragFreePath;
 use crate::error::{AllocError, FreeError};
 use crate::frame::{Tag, Word, FLAG_FRAG, FLAG_ISOLATED};
+use crate::free::{Holder, Via};
 use crate::gfp::Gfp;
 use crate::sync::{AtomicU32, Ordering};
 use crate::types::{Order, Pfn};

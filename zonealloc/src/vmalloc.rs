@@ -93,7 +93,8 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::ptr::NonNull;
 
-use crate::allocator::{Head, Holder, Via, ZoneAllocator};
+use crate::allocate::Head;
+use crate::allocator::ZoneAllocator;
 #[cfg(feature = "std")]
 use crate::arena::{Arena, ArenaWindow};
 use crate::backend::Backend;
@@ -101,6 +102,7 @@ use crate::check::InvariantViolation;
 use crate::error::FreeError;
 use crate::fault::FaultSite;
 use crate::frame::FrameState;
+use crate::free::{Holder, Via};
 use crate::gfp::Gfp;
 use crate::sync::{AtomicU64, Lock, LockGuard, Ordering};
 use crate::types::{Order, Pfn};
