@@ -97,7 +97,6 @@
 //! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
 //! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
 
-mod allocate;
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -109,6 +108,7 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
+mod allocate;
 mod allocator;
 #[cfg(feature = "std")]
 pub mod arena;
