@@ -40,7 +40,8 @@ qemu-system-x86_64 \
     -kernel "$kernel" \
     -smp "$smp" -m "$mem" \
     -accel tcg,thread=multi \
-    -serial stdio -display none -monitor pipe:"$work/monitor" -no-reboot \
+    -chardev stdio,id=com1,logfile="$work/serial.log" -serial chardev:com1 \
+    -display none -monitor pipe:"$work/monitor" -no-reboot \
     -device isa-debug-exit,iobase=0xf4,iosize=0x04 \
     </dev/null &
 qemu_pid=$!
@@ -55,6 +56,11 @@ if kill -0 "$qemu_pid" 2>/dev/null; then
     echo "info registers -a" >"$work/monitor.in"
     sleep 2
     kill "$qemu_pid" 2>/dev/null || true
+    for _ in 1 2 3 4 5; do
+        kill -0 "$qemu_pid" 2>/dev/null || break
+        sleep 1
+    done
+    kill -9 "$qemu_pid" 2>/dev/null || true
 fi
 set +e
 wait "$qemu_pid"
@@ -63,19 +69,35 @@ set -e
 qemu_pid=""
 elapsed=$((SECONDS - start))
 
+# Function names of a kernel address, innermost first, without the libraries'.
+symbolize() {
+    if command -v addr2line >/dev/null; then
+        addr2line -f -i -C -e "$kernel" "$1" | awk 'NR % 2 == 1' |
+            { grep -v -E '^<?(core|alloc|spin)::' || true; } | head -n 4 | paste -sd'|' |
+            sed 's/|/ <- /g'
+    fi
+}
+
+# The kernel's watchdog names each CPU's rip: say which functions those are.
+if grep -q "was at rip" "$work/serial.log" 2>/dev/null; then
+    echo "kernel-demo: where the watchdog found each CPU:"
+    grep -o "cpu [0-9]* was at rip 0x[0-9a-f]*" "$work/serial.log" | while read -r _ cpu _ _ _ rip; do
+        echo "  cpu $cpu $rip: $(symbolize "$rip")"
+    done
+fi
+
+if grep -q "^EXCEPTION" "$work/serial.log" 2>/dev/null; then
+    rip=$(grep -A1 "^EXCEPTION" "$work/serial.log" | grep -o "rip 0x[0-9a-f]*" | head -n 1 | cut -d' ' -f2)
+    echo "kernel-demo: the exception's rip $rip: $(symbolize "$rip")"
+fi
+
 if [ "$hung" = 1 ]; then
     status=124
     echo
     echo "kernel-demo: no verdict after ${timeout_s} s; where each CPU was:"
     awk '/^CPU#/ { cpu = $1 } /RIP=/ { for (i = 1; i <= NF; i++) if ($i ~ /^RIP=|^RFL=/) printf "%s %s ", (i == 1 ? cpu : ""), $i; print "" }' \
         "$work/monitor.log" | while read -r cpu rip rfl; do
-        addr=0x${rip#RIP=}
-        where=""
-        if command -v addr2line >/dev/null; then
-            # Function names only, innermost first, without the library's.
-            where=$(addr2line -f -i -C -e "$kernel" "$addr" | awk 'NR % 2 == 1' |
-                grep -v -E '^<?(core|alloc|spin)::' | head -n 4 | paste -sd'|' | sed 's/|/ <- /g')
-        fi
+        where=$(symbolize "0x${rip#RIP=}")
         irq=off
         if (( (0x${rfl#RFL=} >> 9) & 1 )); then
             irq=on
