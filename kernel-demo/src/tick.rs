@@ -23,8 +23,8 @@
 //! `spin_lock_irqsave`). zonealloc has the `Platform` trait and a lock type that
 //! takes interrupts off through it, but builds its zone and per-CPU locks
 //! without it, so a `Config::platform` changes nothing yet: with this `true`, the
-//! first seconds of the stress deadlock (every CPU spinning on the Normal zone's
-//! lock, one of them in its timer handler over its own thread in `rmqueue_bulk`).
+//! first seconds of the stress deadlock (every CPU spinning on one zone's lock,
+//! one of them in its timer handler over its own thread in `rmqueue_bulk`).
 //! Once the core wires the platform into its locks, this becomes `true` and the
 //! kernel's own wrapping goes.
 //!
