@@ -36,7 +36,9 @@ cleanup() {
 trap cleanup EXIT
 mkfifo "$work/monitor.in" "$work/monitor.out"
 start=$SECONDS
-qemu-system-x86_64 \
+# `timeout` is the backstop; the loop below stops QEMU first, at `timeout_s`, so
+# that it can ask the monitor where the CPUs are.
+timeout --kill-after=5 $((timeout_s + 20)) qemu-system-x86_64 \
     -kernel "$kernel" \
     -smp "$smp" -m "$mem" \
     -accel tcg,thread=multi \

@@ -60,9 +60,9 @@ pub static ALLOCATOR: Once<ZoneAllocator> = Once::new();
 /// The boot memory, final once the heap is reserved.
 pub static BOOT: Once<BootMemory> = Once::new();
 
-/// Prints a failure of the boot stage and ends the run with `why`.
-fn boot_failure(why: Exit, what: &str) -> ! {
-    fatal_print!("\nFAIL ({why:?}) during boot: {what}\n");
+/// Prints a failure found on CPU 0 outside the stress and ends the run with `why`.
+fn fail_with(why: Exit, what: &str) -> ! {
+    fatal_print!("\nFAIL ({why:?}): {what}\n");
     exit(why)
 }
 
@@ -84,13 +84,13 @@ pub extern "C" fn kmain(magic: u32, info: u32) -> ! {
     apic::disable_legacy_pic();
 
     let mut boot =
-        BootMemory::from_multiboot(magic, info).unwrap_or_else(|e| boot_failure(Exit::BootInfo, e));
+        BootMemory::from_multiboot(magic, info).unwrap_or_else(|e| fail_with(Exit::BootInfo, e));
 
     apic::enable();
     let (tsc_mhz, apic_per_ms) = time::calibrate();
     println!("clocks: TSC {tsc_mhz} MHz, APIC timer {apic_per_ms} counts/ms (bus / 16)");
 
-    let cpus = madt::find_cpus().unwrap_or_else(|e| boot_failure(Exit::Smp, e));
+    let cpus = madt::find_cpus().unwrap_or_else(|e| fail_with(Exit::Smp, e));
     cpu::mark_online(apic::id());
     let nr_cpus = smp::start_aps(cpus.apic_ids());
     println!(
@@ -142,10 +142,10 @@ fn metadata_heap(boot: &mut BootMemory) -> u64 {
     let metadata = frames * 16 + frames / 512 * 64 + 3 * 64 * 64;
     let bytes = (metadata + metadata / 8 + (4 << 20)).next_multiple_of(2 << 20);
     let Some(start) = boot.highest_free(bytes, boot::IDENTITY_MAPPED_BYTES) else {
-        boot_failure(Exit::Setup, "no usable range holds the kernel heap")
+        fail_with(Exit::Setup, "no usable range holds the kernel heap")
     };
     if let Err(e) = boot.reserve(start, start + bytes, "kernel heap (allocator metadata)") {
-        boot_failure(Exit::Setup, e);
+        fail_with(Exit::Setup, e);
     }
     // SAFETY: `[start, start + bytes)` is usable RAM inside the identity map,
     // now reserved from the allocator and from everything else; called once.
@@ -169,7 +169,7 @@ fn build_allocator(config: Config, heap_bytes: u64) -> &'static ZoneAllocator {
     );
     match ZoneAllocator::new(config) {
         Ok(za) => ALLOCATOR.call_once(|| za),
-        Err(e) => boot_failure(Exit::Setup, &alloc::format!("ZoneAllocator::new: {e}")),
+        Err(e) => fail_with(Exit::Setup, &alloc::format!("ZoneAllocator::new: {e}")),
     }
 }
 
@@ -200,20 +200,20 @@ fn finish(za: &ZoneAllocator) -> ! {
         t.allocs, t.frees, t.irq_allocs, t.irq_frees, t.held_pages
     );
     if t.allocs != t.frees || t.irq_allocs != t.irq_frees || t.held_pages != 0 {
-        boot_failure(Exit::Ledger, "a block was not freed exactly once");
+        fail_with(Exit::Ledger, "a block was not freed exactly once");
     }
     if free != managed || pcp != 0 {
-        boot_failure(
+        fail_with(
             Exit::Ledger,
             "nr_free_pages() != managed_pages() after the drain",
         );
     }
     let report = match stress::za_call(|| za.check_invariants()) {
         Ok(r) => r,
-        Err(v) => boot_failure(Exit::Invariants, &alloc::format!("{v:?}")),
+        Err(v) => fail_with(Exit::Invariants, &alloc::format!("{v:?}")),
     };
     if report.allocated_pages != 0 || report.free_pages != managed {
-        boot_failure(
+        fail_with(
             Exit::Invariants,
             &alloc::format!("check_invariants counts {report:?}"),
         );
@@ -230,7 +230,7 @@ fn finish(za: &ZoneAllocator) -> ! {
                 used >> 10,
                 (top - bottom) >> 10
             ),
-            None => boot_failure(
+            None => fail_with(
                 Exit::StackOverflow,
                 &alloc::format!("cpu {c}'s stack overflowed"),
             ),
