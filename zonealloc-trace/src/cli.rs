@@ -60,6 +60,17 @@ pub struct TraceArgs {
     /// (default: decay, as Linux's vmstat worker does).
     #[arg(long)]
     no_decay: bool,
+    /// The capture's directory with the kernel's layout and snapshots
+    /// (`layout.txt.xz`, `buddyinfo.txt`, `pagetypeinfo.txt`, `snapshots.txt`,
+    /// `zoneinfo.txt`; default: the trace's own directory, when it has them). The
+    /// replay then starts from the kernel's layout and compares its free memory
+    /// with the kernel's at each snapshot.
+    #[arg(long)]
+    layout_dir: Option<PathBuf>,
+    /// Ignore the kernel's layout even where the trace's directory has one (the
+    /// warm start from zoneinfo and a pool, as for a trace without a layout).
+    #[arg(long)]
+    no_layout: bool,
     /// Stop at the first malformed line instead of skipping it.
     #[arg(long)]
     strict: bool,
@@ -133,7 +144,37 @@ pub struct FragArgs {
 /// What a command returns: success, or an error to print.
 pub type Res = Result<(), Box<dyn std::error::Error>>;
 
+/// The capture directory whose layout to start from, if any (see
+/// `TraceArgs::layout_dir`).
+fn layout_dir_of(a: &TraceArgs) -> Option<PathBuf> {
+    if a.no_layout || a.cold {
+        return None;
+    }
+    if let Some(d) = &a.layout_dir {
+        return Some(d.clone());
+    }
+    let dir = a.trace.parent()?;
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    ["layout.txt.xz", "layout.txt"]
+        .iter()
+        .any(|n| dir.join(n).exists())
+        .then(|| dir.to_path_buf())
+}
+
 fn layout_of(a: &TraceArgs) -> Result<ZoneLayout, Box<dyn std::error::Error>> {
+    if a.zoneinfo.is_none() && a.zones.is_empty() {
+        // A capture's own zoneinfo, read with its layout.
+        if let Some(d) = layout_dir_of(a) {
+            let z = d.join("zoneinfo.txt");
+            if z.exists() {
+                return Ok(ZoneLayout::from_zoneinfo(&z)?);
+            }
+        }
+    }
     if let Some(p) = &a.zoneinfo {
         if !a.zones.is_empty() {
             return Err("give --zoneinfo or --zone, not both".into());
@@ -175,6 +216,10 @@ pub fn map_cmd(a: &MapArgs) -> Res {
 /// Replays the trace; prints the report unless `map`, draws the pictures where
 /// `map` or `--out` asks, times `xz -dc` against it with `vs_xz`.
 fn run_trace(a: &TraceArgs, map: bool, vs_xz: bool) -> Res {
+    let start = match layout_dir_of(a) {
+        Some(d) => replay::StartFiles::in_dir(&d)?,
+        None => None,
+    };
     let opts = ReplayOptions {
         layout: layout_of(a)?,
         holes: match a.holes {
@@ -190,6 +235,7 @@ fn run_trace(a: &TraceArgs, map: bool, vs_xz: bool) -> Res {
         max_events: a.max_events,
         warm: !a.cold,
         decay: !a.no_decay,
+        start,
         ..ReplayOptions::default()
     };
     let (report, state) = replay::run_with_state(&a.trace, &opts)?;

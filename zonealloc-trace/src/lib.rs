@@ -34,15 +34,19 @@
 
 pub mod action;
 pub mod cli;
+pub mod compare;
 pub mod event;
 pub mod fragbench;
 pub mod gfp_names;
+pub mod kpage;
+pub mod kstate;
 pub mod layout;
 pub mod maps;
 pub mod parse;
 pub mod reader;
 pub mod replay;
 pub mod rng;
+pub mod start;
 
 pub use action::Action;
 pub use event::{Event, EventKind, Record};

@@ -152,6 +152,15 @@ fn word(s: &[u8]) -> (&[u8], &[u8]) {
     (&s[..n], &s[n..])
 }
 
+/// `SECONDS.FRACTION` (as `perf script` prints a time stamp, without its colon) in
+/// nanoseconds, on the same clock and with the same rounding as the records'
+/// `time_ns`; `None` if it does not parse.
+pub fn seconds_to_ns(s: &str) -> Option<u64> {
+    let mut w = s.as_bytes().to_vec();
+    w.push(b':');
+    timestamp(&w)
+}
+
 /// `SECONDS.FRACTION:` in nanoseconds (fraction of 1 to 9 digits).
 fn timestamp(w: &[u8]) -> Option<u64> {
     let w = w.strip_suffix(b":")?;

@@ -69,9 +69,13 @@ use zonealloc::{
 };
 
 use crate::action::Action;
+use crate::compare::{Fallbacks, Moment, ShapeComparison};
 use crate::event::{EventCounts, EventKind, Record};
+use crate::kpage::PageLayout;
+use crate::kstate::{type_index, Shape, Snapshots, ZoneShape, TYPES};
 use crate::layout::{HoleModel, ZoneLayout};
 use crate::reader::{ParseStats, ReadOptions, TraceError, TraceReader};
+use crate::start::{Pretrace, StartPlan, StartReport};
 
 // -----------------------------------------------------------------------------
 // Options and errors
@@ -107,6 +111,65 @@ pub struct ReplayOptions {
     /// (`Replayer::set_decay`), as Linux's vmstat worker does (`decay_pcp_high()`):
     /// lists a burst grew shrink back, and their pages go back to the buddy lists.
     pub decay: bool,
+    /// The kernel's own state to start from and to compare with (a capture's
+    /// `layout.txt.xz`, `pagetypeinfo.txt`, `snapshots.txt`): with it and `warm`,
+    /// the replay starts where the kernel was when its layout was read (`start`)
+    /// and reports its free memory beside the kernel's (`compare`).
+    pub start: Option<StartFiles>,
+    /// Seed of the order the warm start frees the kernel's free blocks in (their
+    /// order on the kernel's lists is not known).
+    pub start_seed: u64,
+}
+
+/// The files of a capture that give the kernel's own state (see
+/// `traces/capture.sh`).
+#[derive(Clone, Debug)]
+pub struct StartFiles {
+    /// The page layout when the trace started.
+    pub page: PageLayout,
+    /// buddyinfo and pagetypeinfo read right after it.
+    pub at_start: Shape,
+    /// The once-a-second snapshots and the end, when captured.
+    pub snapshots: Option<Snapshots>,
+}
+
+impl StartFiles {
+    /// The capture's files in `dir`: `layout.txt.xz` (or `layout.txt`),
+    /// `buddyinfo.txt` and `pagetypeinfo.txt`, and `snapshots.txt` if there.
+    /// `Ok(None)` when there is no layout file.
+    ///
+    /// # Errors
+    /// A file that is there but does not read or parse.
+    pub fn in_dir(dir: &Path) -> Result<Option<StartFiles>, String> {
+        let layout = ["layout.txt.xz", "layout.txt"]
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|p| p.exists());
+        let Some(layout) = layout else {
+            return Ok(None);
+        };
+        let page = PageLayout::read(&layout).map_err(|e| e.to_string())?;
+        let read = |n: &str| {
+            let p = dir.join(n);
+            std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))
+        };
+        let mut at_start =
+            crate::kstate::parse_buddyinfo(&read("buddyinfo.txt")?).map_err(|e| e.to_string())?;
+        crate::kstate::add_pagetypeinfo(&mut at_start, &read("pagetypeinfo.txt")?)
+            .map_err(|e| e.to_string())?;
+        at_start.time_ns = page.end_ns.unwrap_or(0);
+        let snaps = dir.join("snapshots.txt");
+        let snapshots = if snaps.exists() {
+            Some(Snapshots::read(&snaps).map_err(|e| e.to_string())?)
+        } else {
+            None
+        };
+        Ok(Some(StartFiles {
+            page,
+            at_start,
+            snapshots,
+        }))
+    }
 }
 
 impl Default for ReplayOptions {
@@ -122,6 +185,8 @@ impl Default for ReplayOptions {
             max_events: None,
             warm: true,
             decay: true,
+            start: None,
+            start_seed: 1,
         }
     }
 }
@@ -400,6 +465,23 @@ pub struct ReplayCounts {
     /// `decay_pcp_high()` runs on a CPU, at most once per whole second of trace
     /// time (`ReplayOptions::decay`).
     pub decays: u64,
+    /// Records before the replay's start (the end of the layout read): not
+    /// replayed.
+    pub before_start: u64,
+    /// Frees of the kernel's memory in use at the start that freed exactly the
+    /// frames the trace names (warm start from the layout).
+    pub pretrace_frees_exact: u64,
+    /// Of the pre-trace frees, those of frames zonealloc did not hold for the
+    /// kernel (free in the layout, or freed already): what was held of them was
+    /// freed.
+    pub pretrace_frees_partial: u64,
+    /// Frames brought online: the kernel's deferred memory map initialisation
+    /// freeing them for the first time.
+    pub onlined_pages: u64,
+    /// Frames zonealloc held for the kernel that the kernel then allocated,
+    /// refilled or flushed (so they were free there: a free the trace lost, or a
+    /// per-CPU list page the warm start did not know): freed first.
+    pub pretrace_reused: u64,
 }
 
 /// One `buddyinfo()` sample.
@@ -442,6 +524,25 @@ pub struct Replayer {
     /// Per CPU: the trace time of its next `decay_pcp_high()` (`set_decay`); empty
     /// when off.
     next_decay_ns: Vec<Option<u64>>,
+    /// Warm start from the kernel's layout: the frames zonealloc holds for the
+    /// kernel's memory in use (empty otherwise).
+    pretrace: Pretrace,
+    /// Records before this trace time are not replayed (the layout's end).
+    start_ns: u64,
+    /// Ranges offline at the start (not initialised in the kernel yet).
+    uninit: Vec<(u64, u64)>,
+    /// Trace times to sample the shape at (`set_shape_times`), and the next one.
+    shape_times: Vec<u64>,
+    next_shape: usize,
+    /// The shape samples: zonealloc's state, its fallbacks and the kernel's.
+    shape_samples: Vec<(Shape, Fallbacks, Fallbacks)>,
+    /// zonealloc's fallbacks and claims before the first record (the warm start
+    /// makes some).
+    fallback_baseline: (u64, u64),
+    /// What the warm start from the layout did.
+    start_report: Option<StartReport>,
+    /// zonealloc's state right after the warm start.
+    start_shape: Option<Shape>,
 }
 
 /// Linux's `sysctl_stat_interval`: the vmstat worker runs once a second on each
@@ -490,6 +591,15 @@ impl Replayer {
             replayed: 0,
             pageblocks_at_start,
             next_decay_ns: Vec::new(),
+            pretrace: Pretrace::default(),
+            start_ns: 0,
+            uninit: Vec::new(),
+            shape_times: Vec::new(),
+            next_shape: 0,
+            shape_samples: Vec::new(),
+            fallback_baseline: (0, 0),
+            start_report: None,
+            start_shape: None,
         };
         if sample_every > 0 {
             r.sample();
@@ -525,11 +635,20 @@ impl Replayer {
     pub fn replay(&mut self, records: &[Record]) {
         let mut rest = records;
         while !rest.is_empty() {
-            let n = if self.sample_every == 0 {
+            let mut n = if self.sample_every == 0 {
                 rest.len()
             } else {
                 ((self.next_sample - self.replayed) as usize).min(rest.len())
             };
+            if let Some(&t) = self.shape_times.get(self.next_shape) {
+                // Records are in time order (perf sorts them): those before `t`.
+                let k = rest.partition_point(|r| r.time_ns < t);
+                if k == 0 {
+                    self.sample_shape();
+                    continue;
+                }
+                n = n.min(k);
+            }
             let (seg, tail) = rest.split_at(n);
             let t0 = Instant::now();
             for r in seg {
@@ -556,6 +675,54 @@ impl Replayer {
             }
             rest = tail;
         }
+    }
+
+    /// Samples the shape at the next of `shape_times` (outside the timed loop).
+    fn sample_shape(&mut self) {
+        let t = self.shape_times.get(self.next_shape).copied().unwrap_or(0);
+        self.next_shape += 1;
+        let mut s = shape_of(&self.za);
+        s.time_ns = t;
+        let za = self.zonealloc_fallbacks();
+        let k = Fallbacks {
+            total: self.kernel.extfrag,
+            claimed: self.kernel.extfrag_change_ownership,
+            fragmenting: Some(self.kernel.extfrag_fragmenting),
+        };
+        self.shape_samples.push((s, za, k));
+    }
+
+    /// zonealloc's fallbacks and claims since the first record.
+    fn zonealloc_fallbacks(&self) -> Fallbacks {
+        let ev = self.za.zone_events();
+        let total: u64 = ev.iter().map(|e| e.fallbacks).sum();
+        let claimed: u64 = ev.iter().map(|e| e.pageblocks_claimed).sum();
+        Fallbacks {
+            total: total - self.fallback_baseline.0.min(total),
+            claimed: claimed - self.fallback_baseline.1.min(claimed),
+            fragmenting: None,
+        }
+    }
+
+    /// Samples zonealloc's shape at each of `times` (trace clock, ns, ascending)
+    /// as the replay passes it; `finish_shapes` takes those the trace does not
+    /// reach.
+    pub fn set_shape_times(&mut self, times: Vec<u64>) {
+        self.shape_times = times;
+        self.next_shape = 0;
+    }
+
+    /// Takes the shape samples the trace ended before.
+    pub fn finish_shapes(&mut self) {
+        while self.next_shape < self.shape_times.len() {
+            self.sample_shape();
+        }
+    }
+
+    /// The shape samples taken so far, with zonealloc's fallbacks and the
+    /// kernel's at each.
+    pub fn shape_samples(&self) -> &[(Shape, Fallbacks, Fallbacks)] {
+        &self.shape_samples
     }
 
     fn sample(&mut self) {
@@ -601,6 +768,10 @@ impl Replayer {
     /// Replays one record (untimed).
     #[inline]
     pub fn apply(&mut self, r: &Record) {
+        if r.time_ns < self.start_ns {
+            self.counts.before_start += 1;
+            return;
+        }
         self.tick(r);
         self.events.add(r.event.kind());
         let cpu = r.cpu as usize;
@@ -616,6 +787,9 @@ impl Replayer {
                 gfp,
                 implicit_free,
             } => {
+                if !self.pretrace.is_empty() {
+                    self.reclaim_kernel_frames(cpu, pfn, order);
+                }
                 if implicit_free {
                     if let Some(old) = self.release(pfn) {
                         self.counts.implicit_frees += 1;
@@ -652,7 +826,9 @@ impl Replayer {
                     self.counts.frees_of_failed_allocs += 1;
                 } else {
                     self.counts.frees_pretrace += 1;
-                    if self.pretrace_pool {
+                    if !self.pretrace.is_empty() {
+                        self.free_kernel_frames(cpu, pfn, order);
+                    } else if self.pretrace_pool {
                         self.free_pretrace(cpu, order);
                     }
                 }
@@ -675,6 +851,9 @@ impl Replayer {
                 } else {
                     self.kernel.zone_locked_other += 1;
                 }
+                if !self.pretrace.is_empty() {
+                    self.reclaim_kernel_frames(cpu, pfn, order);
+                }
                 if self.holds_any(pfn, order) {
                     self.counts.lost_frees_at_zone_locked += self.free_overlapping(cpu, pfn, order);
                 }
@@ -688,6 +867,9 @@ impl Replayer {
                 k[cpu] += 1;
                 let slot = pcp_order_slot(Order(order), self.za.config().pageblock_order);
                 bump(&mut self.kernel.drain_by_cpu_order, cpu, slot);
+                if !self.pretrace.is_empty() {
+                    self.reclaim_kernel_frames(cpu, pfn, order);
+                }
                 if self.holds_any(pfn, order) {
                     self.counts.lost_frees_at_drain += self.free_overlapping(cpu, pfn, order);
                 }
@@ -756,6 +938,154 @@ impl Replayer {
             }
         }
         n
+    }
+
+    /// A free of the kernel's memory in use at the start (warm start from the
+    /// layout): frees exactly the frames named, on `cpu`, as one block of `order`
+    /// where zonealloc holds them all (as the kernel freed them). Frames not
+    /// initialised yet come online instead (the kernel's deferred memory map
+    /// initialisation frees them as max-order blocks). Otherwise what is held of
+    /// the range is freed, and the free counted as partial.
+    fn free_kernel_frames(&mut self, cpu: usize, pfn: u64, order: u8) {
+        let n = 1u64 << order;
+        if self.pretrace.all(pfn, n) {
+            self.counts.allocator_calls += 1;
+            if self.za.free_contig_range_on(cpu, Pfn(pfn), n).is_ok() {
+                self.pretrace.set_range(pfn, n, false);
+                self.counts.pretrace_frees_exact += 1;
+                self.counts.frees_pretrace_replayed += 1;
+            } else {
+                self.counts.free_errors += 1;
+            }
+            return;
+        }
+        let pb = self.za.config().pageblock_order.nr_pages();
+        if let Some(i) = self
+            .uninit
+            .iter()
+            .position(|&(s, m)| pfn >= s && pfn + n <= s + m)
+        {
+            // Whole pageblocks (deferred initialisation frees max-order blocks):
+            // online them; the rest of the range stays offline.
+            let lo = pfn / pb * pb;
+            let hi = (pfn + n).next_multiple_of(pb);
+            self.counts.allocator_calls += 1;
+            if self.za.online_pages(Pfn(lo), hi - lo).is_ok() {
+                self.counts.onlined_pages += hi - lo;
+                self.counts.frees_pretrace_replayed += 1;
+                let (s, m) = self.uninit[i];
+                self.uninit.remove(i);
+                if lo > s {
+                    self.uninit.push((s, lo - s));
+                }
+                if hi < s + m {
+                    self.uninit.push((hi, s + m - hi));
+                }
+                return;
+            }
+        }
+        self.counts.pretrace_frees_partial += 1;
+        for (s, m) in self.pretrace.runs(pfn, n) {
+            self.counts.allocator_calls += 1;
+            if self.za.free_contig_range_on(cpu, Pfn(s), m).is_ok() {
+                self.pretrace.set_range(s, m, false);
+            }
+        }
+    }
+
+    /// The kernel is allocating, refilling or flushing `[pfn, pfn + 2^order)`, so
+    /// those frames were free there: any of them zonealloc still holds for the
+    /// kernel's memory in use are freed first, on `cpu`.
+    #[inline]
+    fn reclaim_kernel_frames(&mut self, cpu: usize, pfn: u64, order: u8) {
+        let n = 1u64 << order;
+        if !(pfn..pfn + n).any(|p| self.pretrace.get(p)) {
+            return;
+        }
+        for (s, m) in self.pretrace.runs(pfn, n) {
+            self.counts.allocator_calls += 1;
+            if self.za.free_contig_range_on(cpu, Pfn(s), m).is_ok() {
+                self.pretrace.set_range(s, m, false);
+                self.counts.pretrace_reused += m;
+            }
+        }
+    }
+
+    /// Starts from the kernel's own layout (see `start`): applies `plan` to the
+    /// fresh allocator (built from `plan.config()`), holds what stays allocated
+    /// for the kernel, and from then on replays records from `plan.start_ns` on.
+    ///
+    /// # Errors
+    /// What `StartPlan::apply` refuses.
+    pub fn layout_start(
+        &mut self,
+        plan: &StartPlan,
+        seed: u64,
+    ) -> Result<&StartReport, crate::start::StartError> {
+        let end = self.live.table.len() as u64;
+        self.pretrace = Pretrace::new(end);
+        let rep = plan.apply(&self.za, &mut self.pretrace, seed)?;
+        self.start_ns = plan.start_ns;
+        self.uninit = plan.zones.iter().filter_map(|z| z.uninit).collect();
+        self.pcp_baseline = self.za.pcp_stats().into_iter().map(|z| z.cpus).collect();
+        self.pageblocks_at_start = self.za.free_counts().iter().map(|z| z.nr_blocks).collect();
+        let ev = self.za.zone_events();
+        self.fallback_baseline = (
+            ev.iter().map(|e| e.fallbacks).sum(),
+            ev.iter().map(|e| e.pageblocks_claimed).sum(),
+        );
+        self.counts.warm_pcp_pages = self.za.nr_pcp_pages();
+        let mut s = shape_of(&self.za);
+        s.time_ns = plan.start_ns;
+        self.start_shape = Some(s);
+        self.pretrace_pool = false;
+        Ok(self.start_report.insert(rep))
+    }
+
+    /// The comparison of zonealloc's shape with the kernel's `snaps`, from the
+    /// samples taken at their times (`set_shape_times`); the kernel's state right
+    /// after the layout (`at_start`) beside zonealloc's after the warm start.
+    pub fn shape_comparison(&self, snaps: &Snapshots, at_start: Option<&Shape>) -> ShapeComparison {
+        let t0 = self.start_ns;
+        let secs = |t: u64| t.saturating_sub(t0) as f64 / 1e9;
+        let sample_at = |t: u64| self.shape_samples.iter().find(|(s, _, _)| s.time_ns == t);
+        let moment = |k: &Shape| -> Option<Moment> {
+            let (z, zf, kf) = sample_at(k.time_ns)?;
+            Some(Moment {
+                seconds: secs(k.time_ns),
+                kernel: k.clone(),
+                zonealloc: z.clone(),
+                kernel_fallbacks: *kf,
+                zonealloc_fallbacks: *zf,
+            })
+        };
+        let mut c = ShapeComparison {
+            start: match (at_start, &self.start_shape) {
+                (Some(k), Some(z)) => Some(Moment {
+                    seconds: 0.0,
+                    kernel: k.clone(),
+                    zonealloc: z.clone(),
+                    kernel_fallbacks: Fallbacks::default(),
+                    zonealloc_fallbacks: Fallbacks::default(),
+                }),
+                _ => None,
+            },
+            seconds: snaps
+                .seconds
+                .iter()
+                .filter(|k| k.time_ns >= t0)
+                .filter_map(moment)
+                .collect(),
+            end: snaps.end.as_ref().and_then(moment),
+            ..ShapeComparison::default()
+        };
+        c.evaluate();
+        c
+    }
+
+    /// What the warm start from the layout did, if there was one.
+    pub fn start_report(&self) -> Option<&StartReport> {
+        self.start_report.as_ref()
     }
 
     /// A free of a block allocated before the trace: frees an aligned run of
@@ -1226,6 +1556,8 @@ impl Replayer {
             },
             end,
             samples: self.samples.clone(),
+            start: self.start_report.clone(),
+            shape: None,
         }
     }
 }
@@ -1233,6 +1565,37 @@ impl Replayer {
 /// `(a / a_per) / (b / b_per)`, `None` when a rate is undefined or `b` is zero.
 fn ratio(a: u64, a_per: u64, b: u64, b_per: u64) -> Option<f64> {
     (a_per > 0 && b > 0 && b_per > 0).then(|| (a as f64 / a_per as f64) / (b as f64 / b_per as f64))
+}
+
+/// zonealloc's free memory now, as the kernel's snapshots give it: free blocks per
+/// order, per type (`kstate::TYPES`) and order, pageblocks per type.
+pub fn shape_of(za: &ZoneAllocator) -> Shape {
+    Shape {
+        time_ns: 0,
+        zones: za
+            .free_counts()
+            .into_iter()
+            .map(|z| {
+                let mut by_type = vec![vec![0u64; z.nr_free.len()]; TYPES.len()];
+                let mut blocks = [0u64; 4];
+                for mt in Migratetype::ALL {
+                    if let Some(t) = type_index(mt) {
+                        blocks[t] = z.nr_blocks[mt.idx()];
+                        for (o, row) in z.nr_free.iter().enumerate() {
+                            by_type[t][o] = row[mt.idx()];
+                        }
+                    }
+                }
+                ZoneShape {
+                    node: z.id.node,
+                    zone: z.id.zone_type,
+                    free: (0..z.nr_free.len()).map(|o| z.blocks_at(o)).collect(),
+                    free_by_type: by_type,
+                    blocks,
+                }
+            })
+            .collect(),
+    }
 }
 
 /// Pageblocks per type, CMA only where there are some (a replay's zones have no
@@ -1656,6 +2019,10 @@ pub struct ReplayReport {
     pub end: EndState,
     /// `buddyinfo()` over the replay.
     pub samples: Vec<BuddySample>,
+    /// What the warm start from the kernel's layout did, if there was one.
+    pub start: Option<StartReport>,
+    /// zonealloc's free memory beside the kernel's snapshots, if captured.
+    pub shape: Option<ShapeComparison>,
 }
 
 impl fmt::Display for ReplayReport {
@@ -1932,7 +2299,51 @@ impl fmt::Display for ReplayReport {
         writeln!(f, "\nbuddyinfo:\n{}", end.buddyinfo)?;
         writeln!(f, "pagetypeinfo:\n{}", end.pagetypeinfo)?;
         writeln!(f, "unusable_index:\n{}", end.unusable_index)?;
-        write!(f, "extfrag_index:\n{}", end.extfrag_index)
+        write!(f, "extfrag_index:\n{}", end.extfrag_index)?;
+        if let Some(st) = &self.start {
+            writeln!(
+                f,
+                "\nwarm start from the kernel's layout: {} frames offline (not initialised), {} allocated for the \
+                 kernel's memory in use, {} free blocks ({} pages) freed where the kernel had them ({} refused)",
+                st.offline_frames, st.allocated_frames, st.free_blocks, st.free_pages, st.free_errors
+            )?;
+            let names = ["Unmovable", "Movable", "Reclaimable", "HighAtomic"];
+            let list = |v: &[u64; 4]| {
+                names
+                    .iter()
+                    .zip(v)
+                    .filter(|(_, &n)| n > 0)
+                    .map(|(m, n)| format!("{m} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            writeln!(
+                f,
+                "  pageblock types named by the trace: {}; inferred from their pages: {}; claims that failed: {}",
+                list(&st.named_types),
+                list(&st.inferred_types),
+                st.retype_failures
+            )?;
+            writeln!(
+                f,
+                "  per-CPU list pages the trace told and put on the lists: {:?} (zoneinfo counted {:?})",
+                st.pcp_pages, st.pcp_count
+            )?;
+            writeln!(
+                f,
+                "  records before the start: {}; pre-trace frees of exactly the frames held: {}, partial: {}; \
+                 pages brought online: {}; held pages the kernel reused: {}",
+                c.before_start,
+                c.pretrace_frees_exact,
+                c.pretrace_frees_partial,
+                c.onlined_pages,
+                c.pretrace_reused
+            )?;
+        }
+        if let Some(sh) = &self.shape {
+            write!(f, "{sh}")?;
+        }
+        Ok(())
     }
 }
 
@@ -1991,6 +2402,9 @@ pub fn run_with_state(
         chunk
     };
     let mut buf = Vec::with_capacity(chunk.min(1 << 20));
+    if let (Some(files), true) = (&opts.start, opts.warm) {
+        return run_from_layout(path, opts, files, reader, buf, first, t0);
+    }
     let build = |nr_cpus| {
         let mut config = opts.layout.config(opts.holes, nr_cpus);
         config.mobility_grouping = opts.mobility_grouping;
@@ -2055,6 +2469,78 @@ pub fn run_with_state(
         reader.into_stats(),
     );
     report.timing.end_to_end_ns = wall.as_nanos() as u64;
+    Ok((report, rp))
+}
+
+/// `run_with_state` from the kernel's own layout: the first records are read, the
+/// start inferred from them and the files (`StartPlan::infer`) and applied, then
+/// the whole trace replayed, the shape sampled at each snapshot's time.
+fn run_from_layout(
+    path: &Path,
+    opts: &ReplayOptions,
+    files: &StartFiles,
+    mut reader: TraceReader,
+    mut buf: Vec<Record>,
+    first: usize,
+    t0: Instant,
+) -> Result<(ReplayReport, Replayer), ReplayError> {
+    let limit = opts.max_events.unwrap_or(u64::MAX);
+    let chunk = opts.chunk_events.max(1);
+    reader.read_chunk(&mut buf, (first as u64).min(limit) as usize)?;
+    let nr_cpus = opts
+        .nr_cpus
+        .or(opts.layout.nr_cpus)
+        .unwrap_or_else(|| buf.iter().map(|r| r.cpu as usize + 1).max().unwrap_or(1));
+    reader.set_nr_cpus(nr_cpus);
+    let plan = StartPlan::infer(&opts.layout, &files.page, &files.at_start, &buf, nr_cpus)
+        .map_err(|e| ReplayError::Options(format!("warm start from the layout: {e}")))?;
+    let mut config = plan.config();
+    config.mobility_grouping = opts.mobility_grouping;
+    let mut rp = Replayer::new(config, opts.sample_every)?;
+    rp.layout_start(&plan, opts.start_seed)
+        .map_err(|e| ReplayError::Options(format!("warm start from the layout: {e}")))?;
+    if let Some(sn) = &files.snapshots {
+        let mut times: Vec<u64> = sn
+            .seconds
+            .iter()
+            .map(|s| s.time_ns)
+            .chain(sn.end.iter().map(|s| s.time_ns))
+            .filter(|&t| t >= plan.start_ns)
+            .collect();
+        times.sort_unstable();
+        times.dedup();
+        rp.set_shape_times(times);
+    }
+    if opts.decay {
+        rp.set_decay(true);
+    }
+    let mut done = buf.len() as u64;
+    rp.replay(&buf);
+    while done < limit {
+        buf.clear();
+        let want = (chunk as u64).min(limit - done) as usize;
+        if reader.read_chunk(&mut buf, want)? == 0 {
+            break;
+        }
+        done += buf.len() as u64;
+        rp.replay(&buf);
+    }
+    rp.finish_shapes();
+    if opts.sample_every > 0 && rp.samples.last().is_none_or(|s| s.event != rp.replayed) {
+        rp.sample();
+    }
+    let wall = t0.elapsed();
+    let mut report = rp.report(
+        &path.display().to_string(),
+        &opts.layout,
+        opts.holes,
+        reader.into_stats(),
+    );
+    report.timing.end_to_end_ns = wall.as_nanos() as u64;
+    report.shape = files
+        .snapshots
+        .as_ref()
+        .map(|sn| rp.shape_comparison(sn, Some(&files.at_start)));
     Ok((report, rp))
 }
 
