@@ -244,6 +244,32 @@ fn run_trace(a: &TraceArgs, map: bool, vs_xz: bool) -> Res {
     } else if let Some(note) = report.parse.skipped_note(&report.trace) {
         eprintln!("{note}");
     }
+    if let Some(shape) = &report.shape {
+        // The shape chart is the comparison's picture: drawn whenever there is
+        // one, into --out or ./trace-out.
+        let dir = a.out.clone().unwrap_or_else(|| PathBuf::from("trace-out"));
+        std::fs::create_dir_all(&dir)?;
+        let moments: Vec<_> = shape
+            .start
+            .iter()
+            .chain(&shape.seconds)
+            .chain(&shape.end)
+            .cloned()
+            .collect();
+        let zone = busiest_zone(&moments);
+        let chart = dir.join(format!("{}-shape.png", stem_of(&a.trace)));
+        maps::render_shape_chart(
+            &moments,
+            zone,
+            &chart,
+            &format!(
+                "{}: free blocks at orders 3, 6, 9 in {}, kernel (dashed) and zonealloc",
+                stem_of(&a.trace),
+                zone.name()
+            ),
+        )?;
+        out!("shape chart: {}", chart.display());
+    }
     if vs_xz {
         compare_with_xz(&a.trace, report.timing.end_to_end_ns)?;
     }
@@ -257,15 +283,7 @@ fn run_trace(a: &TraceArgs, map: bool, vs_xz: bool) -> Res {
     };
     std::fs::create_dir_all(&dir)?;
     let owners: Vec<_> = state.live_blocks().collect();
-    let stem = a
-        .trace
-        .file_name()
-        .and_then(|s| s.to_str())
-        .map_or("trace", |s| {
-            let s = s.strip_suffix(".xz").unwrap_or(s);
-            let s = s.strip_suffix(".txt").unwrap_or(s);
-            s.strip_suffix(".perf").unwrap_or(s)
-        });
+    let stem = stem_of(&a.trace);
     let grouping = if a.no_grouping {
         "no grouping"
     } else {
@@ -318,6 +336,51 @@ fn run_trace(a: &TraceArgs, map: bool, vs_xz: bool) -> Res {
     )?;
     out!("buddyinfo chart: {}", chart.display());
     Ok(())
+}
+
+/// A trace file's name without `.perf.txt.xz` and the like.
+fn stem_of(trace: &Path) -> &str {
+    trace
+        .file_name()
+        .and_then(|s| s.to_str())
+        .map_or("trace", |s| {
+            let s = s.strip_suffix(".xz").unwrap_or(s);
+            let s = s.strip_suffix(".gz").unwrap_or(s);
+            let s = s.strip_suffix(".txt").unwrap_or(s);
+            s.strip_suffix(".perf").unwrap_or(s)
+        })
+}
+
+/// The zone whose free blocks at the charted orders changed most in the kernel's
+/// snapshots (the highest zone on a tie).
+fn busiest_zone(moments: &[crate::compare::Moment]) -> zonealloc::ZoneType {
+    let zones: Vec<zonealloc::ZoneType> = moments
+        .first()
+        .map(|m| m.kernel.zones.iter().map(|z| z.zone).collect())
+        .unwrap_or_default();
+    let change = |zt: zonealloc::ZoneType| -> u64 {
+        let at = |m: &crate::compare::Moment, o: usize| {
+            m.kernel
+                .zones
+                .iter()
+                .find(|z| z.zone == zt)
+                .and_then(|z| z.free.get(o).copied())
+                .unwrap_or(0)
+        };
+        moments
+            .windows(2)
+            .map(|w| {
+                maps::SHAPE_ORDERS
+                    .iter()
+                    .map(|&o| at(&w[0], o).abs_diff(at(&w[1], o)))
+                    .sum::<u64>()
+            })
+            .sum()
+    };
+    zones
+        .into_iter()
+        .max_by_key(|&z| (change(z), z))
+        .unwrap_or(zonealloc::ZoneType::Normal)
 }
 
 /// Times `xz -dc trace > /dev/null` three times and prints the best next to the

@@ -158,6 +158,12 @@ pub struct ShapeComparison {
     pub end: Option<Moment>,
     /// The figures.
     pub acceptance: Acceptance,
+    /// The kernel's free memory rebuilt from the layout and the trace alone
+    /// (`shadow`), at each snapshot and then the end: how much of the kernel's
+    /// state the capture explains.
+    pub rebuilt: Vec<Shape>,
+    /// What did not fit the rebuilt state.
+    pub rebuilt_stats: Option<crate::shadow::ShadowStats>,
 }
 
 /// Whether `z` is within `pct` % of `k` (both zero counts as within).
@@ -440,6 +446,30 @@ impl fmt::Display for ShapeComparison {
                     (true, false) => "MISS",
                 }
             )?;
+        }
+        if let (Some(st), Some(end), Some(rb)) =
+            (&self.rebuilt_stats, &self.end, self.rebuilt.last())
+        {
+            writeln!(
+                f,
+                "\nthe kernel's free memory rebuilt from the layout and the trace alone (a check of the capture): \
+                 {} events, {} frames taken that were not free, {} freed that were free already",
+                st.events, st.taken_not_free, st.freed_already_free
+            )?;
+            for kz in &end.kernel.zones {
+                let Some(rz) = rb.zone(kz.node, kz.zone) else {
+                    continue;
+                };
+                let cells: Vec<String> = (0..kz.free.len())
+                    .map(|o| format!("{}/{}", kz.free[o], rz.free.get(o).copied().unwrap_or(0)))
+                    .collect();
+                writeln!(
+                    f,
+                    "  end, {:<7} kernel/rebuilt: {}",
+                    kz.zone.name(),
+                    cells.join(" ")
+                )?;
+            }
         }
         writeln!(
             f,

@@ -68,8 +68,11 @@ pub mod bits {
     pub const UNEVICTABLE: u16 = 0x800;
     /// kpagecount non-zero: mapped into some process.
     pub const MAPPED: u16 = 0x1000;
-    /// Every bit a layout may use.
+    /// Every bit a layout file may use.
     pub const ALL: u16 = 0x1FFF;
+    /// Not in files: set by the warm start on a frame the trace shows allocated
+    /// after the layout read it (see `start`); an allocation with no tell.
+    pub const ALLOCATED_SINCE: u16 = 0x4000;
 }
 
 /// What one frame's mask says (see the module documentation's table).
@@ -199,6 +202,36 @@ pub struct PageLayout {
 }
 
 impl PageLayout {
+    /// When `pfn` was read, trace clock, ns: the read went through the zones in
+    /// order at a steady pace, so a frame's time is interpolated from its place
+    /// among all frames read. `None` without both times or outside what was read.
+    pub fn read_time(&self, pfn: u64) -> Option<u64> {
+        let (b, e) = (self.begin_ns?, self.end_ns?);
+        let total: u64 = self.zones.iter().map(|z| z.masks.len() as u64).sum();
+        let mut before = 0u64;
+        for z in &self.zones {
+            if z.mask(pfn).is_some() {
+                let i = before + (pfn - z.start_pfn);
+                let span = u128::from(e.saturating_sub(b));
+                return Some(b + (span * u128::from(i) / u128::from(total.max(1))) as u64);
+            }
+            before += z.masks.len() as u64;
+        }
+        None
+    }
+
+    /// Sets the mask of `pfn` (nothing outside what was read).
+    pub fn set_mask(&mut self, pfn: u64, mask: u16) {
+        for z in &mut self.zones {
+            if let Some(i) = pfn.checked_sub(z.start_pfn) {
+                if let Some(m) = z.masks.get_mut(i as usize) {
+                    *m = mask;
+                    return;
+                }
+            }
+        }
+    }
+
     /// Reads a layout file, xz-compressed or plain.
     ///
     /// # Errors

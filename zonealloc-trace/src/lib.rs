@@ -46,6 +46,7 @@ pub mod parse;
 pub mod reader;
 pub mod replay;
 pub mod rng;
+pub mod shadow;
 pub mod start;
 
 pub use action::Action;

@@ -920,6 +920,174 @@ where
     Ok(())
 }
 
+/// Draws one zone's free blocks at orders 3, 6 and 9 over trace time, the
+/// kernel's (its snapshots: dashed, with a dot at each) beside zonealloc's replay
+/// (solid), into a PNG or SVG: the shape comparison of `compare` as a picture.
+/// `zone` names the zone in the moments' shapes.
+///
+/// # Errors
+/// No moments, an unknown extension, or a drawing or I/O error.
+pub fn render_shape_chart(
+    moments: &[crate::compare::Moment],
+    zone: zonealloc::ZoneType,
+    path: &Path,
+    title: &str,
+) -> Result<(), MapError> {
+    register_font();
+    if moments.is_empty() {
+        return Err(MapError("no snapshots to draw".into()));
+    }
+    let (w, h) = (1000, 560);
+    match path.extension().and_then(|x| x.to_str()) {
+        Some("png") => draw_shape(
+            BitMapBackend::new(path, (w, h)).into_drawing_area(),
+            moments,
+            zone,
+            title,
+        ),
+        Some("svg") => draw_shape(
+            SVGBackend::new(path, (w, h)).into_drawing_area(),
+            moments,
+            zone,
+            title,
+        ),
+        _ => Err(MapError(format!("{}: use .png or .svg", path.display()))),
+    }
+}
+
+/// The orders a shape chart draws.
+pub const SHAPE_ORDERS: [usize; 3] = [3, 6, 9];
+
+fn draw_shape<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    moments: &[crate::compare::Moment],
+    zone: zonealloc::ZoneType,
+    title: &str,
+) -> Result<(), MapError>
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE).map_err(e)?;
+    let at = |s: &crate::kstate::Shape, o: usize| {
+        s.zones
+            .iter()
+            .find(|z| z.zone == zone)
+            .and_then(|z| z.free.get(o).copied())
+            .unwrap_or(0) as f64
+    };
+    let floor = 0.8;
+    let series = |o: usize, kernel: bool| -> Vec<(f64, f64)> {
+        moments
+            .iter()
+            .map(|m| {
+                let s = if kernel { &m.kernel } else { &m.zonealloc };
+                (m.seconds, at(s, o).max(floor))
+            })
+            .collect()
+    };
+    let x_max = moments.iter().map(|m| m.seconds).fold(1.0f64, f64::max);
+    let y_max = SHAPE_ORDERS
+        .iter()
+        .flat_map(|&o| series(o, true).into_iter().chain(series(o, false)))
+        .map(|p| p.1)
+        .fold(1.0f64, f64::max);
+    let root = root.titled(title, (FONT, 21)).map_err(e)?;
+    let (w, _) = root.dim_in_pixel();
+    let legend_w = 230;
+    let (plot, legend) = root.split_horizontally(w - legend_w);
+    let mut chart = ChartBuilder::on(&plot)
+        .margin(15)
+        .x_label_area_size(55)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..x_max * 1.02, (floor * 0.9..y_max * 3.0).log_scale())
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds of the trace since the start")
+        .y_desc("free blocks (log scale; 0 drawn on the axis)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .label_style((FONT, 17))
+        .axis_desc_style((FONT, 17))
+        .light_line_style(RGBColor(0xee, 0xee, 0xee))
+        .draw()
+        .map_err(e)?;
+    for (i, &o) in SHAPE_ORDERS.iter().enumerate() {
+        let c = ORDER_COLOURS[o % ORDER_COLOURS.len()];
+        let z = series(o, false);
+        chart
+            .draw_series(
+                z.windows(2)
+                    .map(|w| PathElement::new(vec![w[0], w[1]], c.stroke_width(3))),
+            )
+            .map_err(e)?;
+        let k = series(o, true);
+        // Dashed: every other piece of each segment between snapshots.
+        chart
+            .draw_series(k.windows(2).flat_map(|w| {
+                let (a, b) = (w[0], w[1]);
+                (0..8).step_by(2).map(move |j| {
+                    let t0 = j as f64 / 8.0;
+                    let t1 = (j + 1) as f64 / 8.0;
+                    let lerp = |t: f64| {
+                        (
+                            a.0 + (b.0 - a.0) * t,
+                            // Geometric: the y axis is logarithmic.
+                            a.1 * (b.1 / a.1).powf(t),
+                        )
+                    };
+                    PathElement::new(vec![lerp(t0), lerp(t1)], c.stroke_width(2))
+                })
+            }))
+            .map_err(e)?;
+        chart
+            .draw_series(k.iter().map(|&p| Circle::new(p, 3, c.filled())))
+            .map_err(e)?;
+        let y = 44 + i as i32 * 56;
+        legend
+            .draw(&PathElement::new(vec![(8, y), (34, y)], c.stroke_width(3)))
+            .map_err(e)?;
+        legend
+            .draw(&Text::new(
+                format!("order {o}, zonealloc"),
+                (42, y - 8),
+                (FONT, 16).into_font().color(&BLACK),
+            ))
+            .map_err(e)?;
+        legend
+            .draw(&PathElement::new(
+                vec![(8, y + 24), (16, y + 24)],
+                c.stroke_width(2),
+            ))
+            .map_err(e)?;
+        legend
+            .draw(&PathElement::new(
+                vec![(24, y + 24), (32, y + 24)],
+                c.stroke_width(2),
+            ))
+            .map_err(e)?;
+        legend
+            .draw(&Circle::new((20, y + 24), 3, c.filled()))
+            .map_err(e)?;
+        legend
+            .draw(&Text::new(
+                format!("order {o}, kernel"),
+                (42, y + 16),
+                (FONT, 16).into_font().color(&BLACK),
+            ))
+            .map_err(e)?;
+    }
+    legend
+        .draw(&Text::new(
+            "free blocks of".to_string(),
+            (8, 12),
+            (FONT, 16).into_font().color(&BLACK),
+        ))
+        .map_err(e)?;
+    root.present().map_err(e)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

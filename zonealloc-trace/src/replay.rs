@@ -2514,7 +2514,23 @@ fn run_from_layout(
     if opts.decay {
         rp.set_decay(true);
     }
+    // The kernel's free memory rebuilt from the trace alone, sampled at the same
+    // times (outside the timed loop).
+    let mut shadow = crate::shadow::Shadow::new(&plan);
+    let times = rp.shape_times.clone();
+    let mut rebuilt: Vec<Shape> = Vec::new();
+    let mut shadow_chunk = |buf: &[Record], rebuilt: &mut Vec<Shape>| {
+        for r in buf {
+            while rebuilt.len() < times.len() && r.time_ns >= times[rebuilt.len()] {
+                let mut s = shadow.shape();
+                s.time_ns = times[rebuilt.len()];
+                rebuilt.push(s);
+            }
+            shadow.apply(r);
+        }
+    };
     let mut done = buf.len() as u64;
+    shadow_chunk(&buf, &mut rebuilt);
     rp.replay(&buf);
     while done < limit {
         buf.clear();
@@ -2523,7 +2539,13 @@ fn run_from_layout(
             break;
         }
         done += buf.len() as u64;
+        shadow_chunk(&buf, &mut rebuilt);
         rp.replay(&buf);
+    }
+    while rebuilt.len() < times.len() {
+        let mut s = shadow.shape();
+        s.time_ns = times[rebuilt.len()];
+        rebuilt.push(s);
     }
     rp.finish_shapes();
     if opts.sample_every > 0 && rp.samples.last().is_none_or(|s| s.event != rp.replayed) {
@@ -2537,10 +2559,18 @@ fn run_from_layout(
         reader.into_stats(),
     );
     report.timing.end_to_end_ns = wall.as_nanos() as u64;
-    report.shape = files
-        .snapshots
-        .as_ref()
-        .map(|sn| rp.shape_comparison(sn, Some(&files.at_start)));
+    report.shape = files.snapshots.as_ref().map(|sn| {
+        let mut c = rp.shape_comparison(sn, Some(&files.at_start));
+        let at = |t: u64| rebuilt.iter().find(|s| s.time_ns == t).cloned();
+        c.rebuilt = c
+            .seconds
+            .iter()
+            .chain(&c.end)
+            .map(|m| at(m.kernel.time_ns).unwrap_or_default())
+            .collect();
+        c.rebuilt_stats = Some(shadow.stats);
+        c
+    });
     Ok((report, rp))
 }
 

@@ -218,6 +218,7 @@ impl StartPlan {
         let start_ns = page
             .end_ns
             .ok_or_else(|| StartError("the layout has no end_time".into()))?;
+        let page = &correct_window(page, first, pb);
         let mut zones = Vec::new();
         for spec in &layout.zones {
             let lz = page.zone(spec.zone_type.name()).ok_or_else(|| {
@@ -332,6 +333,43 @@ impl StartPlan {
             .iter()
             .position(|z| pfn >= z.spec.start_pfn && pfn < z.spec.start_pfn + z.spec.spanned)
     }
+}
+
+/// The layout as it stood at its end: the read takes a second or two and the
+/// machine runs on, so a frame read early may have left or joined the buddy lists
+/// before the read ended. The trace records every such move with its time; each
+/// one that came after its frame was read (`PageLayout::read_time`) and before
+/// the read ended is applied to the frame: a refill or a buddy allocation takes
+/// it off the lists (onto a per-CPU list, or to its caller: blank either way), a
+/// flush or a free of an order without per-CPU lists puts it back, a free of
+/// another order puts it on a per-CPU list (blank), an allocation makes it
+/// allocated.
+pub fn correct_window(page: &PageLayout, records: &[Record], pb: u8) -> PageLayout {
+    use crate::kpage::bits::{ALLOCATED_SINCE, BUDDY};
+    let mut out = page.clone();
+    let (Some(b), Some(e)) = (page.begin_ns, page.end_ns) else {
+        return out;
+    };
+    for r in records.iter().filter(|r| r.time_ns >= b && r.time_ns < e) {
+        let (pfn, order, mask) = match r.event {
+            Event::AllocZoneLocked { pfn, order, .. } => (pfn, order, 0),
+            Event::PcpuDrain { pfn, order, .. } => (pfn, order, BUDDY),
+            Event::Free { pfn, order } if order <= 3 || order == pb => (pfn, order, 0),
+            Event::Free { pfn, order } => (pfn, order, BUDDY),
+            Event::Alloc {
+                pfn: Some(pfn),
+                order,
+                ..
+            } => (pfn, order, ALLOCATED_SINCE),
+            _ => continue,
+        };
+        if page.read_time(pfn).is_some_and(|t| t < r.time_ns) {
+            for p in pfn..pfn + (1u64 << order) {
+                out.set_mask(p, mask);
+            }
+        }
+    }
+    out
 }
 
 /// Holes, the uninitialised part, the free blocks and the census of one zone.
