@@ -2,10 +2,11 @@
 //! of the buddy lists.
 //!
 //! A path of `ZoneAllocator` (allocator layer, beside `allocate`, `free` and
-//! `fast`). It empties CPUs' lists (`pcp`, each CPU's lock taken in turn, then
-//! the zone lock under it), the per-CPU stacks they stop, and the blocks
-//! `LocalCache`s hold (`local_state`, each cache's lock taken in turn). No
-//! cross-CPU call is needed: a remote CPU's lists are reached through its lock.
+//! `fast`). It empties CPUs' lists (`pcp`: each CPU's lock taken in turn, which
+//! stops that CPU's stacks and moves what they hold onto its lists; the zone
+//! lock under it) and the blocks `LocalCache`s hold (`local_state`: each
+//! cache's lock taken in turn). No cross-CPU call is needed: a remote CPU's
+//! lists are reached through its lock.
 
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;

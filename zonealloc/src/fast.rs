@@ -1,6 +1,12 @@
 //! The fast path of `alloc_pages` and `free_pages`: the per-CPU stacks (`rseq`),
 //! refilled from and flushed to the buddy lists in batches.
 //!
+//! A path of `ZoneAllocator` (allocator layer, beside `allocate`, `free` and
+//! `drain`), which `alloc_pages` and `free_pages` try first. It pops and pushes
+//! the stacks (`rseq`), sizes each refill and flush by `stack_limits`, and
+//! hands whatever it does not serve to the ordinary paths. Callers hold no
+//! lock; a refill or a flush takes the CPU's pcp lock, then the zone lock.
+//!
 //! A pop hands out a block with one store of its state word; a free takes a block
 //! with the one compare-and-swap that decides ownership (`Alloc -> Pcp`, so of two
 //! racing frees exactly one wins) and pushes it. Neither checks a watermark or

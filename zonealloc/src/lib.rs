@@ -68,29 +68,37 @@
 //!
 //! # Layers, one module each, following the allocation path
 //!
-//! Lowest first. A module imports only from the rows above it, with one mutual pair
-//! kept from Linux: a zone owns its per-CPU slots (`struct zone` has
-//! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on zones.
-//! The allocation slow path compacts directly (`__alloc_pages_direct_compact`)
-//! through a trait: `allocator` declares `DirectCompact` and `compaction`
-//! implements it, so `allocator` names nothing of that layer and keeps only the
-//! compaction state, which lives below it in `compact_state`.
-//! `buddy` and `isolate` add zone-lock-held methods to `zone`'s `ZoneLocked` guard,
-//! and `owned`, `local`, `contig`, `migrate`, `compaction`, `page_frag`, `reporting`,
-//! `reclaim`, `hotplug`, `cma`, `stats` and `check` add methods to `ZoneAllocator`: each extends the layer below it, never the
-//! other way.
+//! Lowest first. A module imports only from its own row and the rows above it
+//! (`tests/architecture.rs` reads this table and fails on any import that runs
+//! the other way, or on files that import each other in a circle), with one
+//! mutual pair kept from Linux: a zone owns its per-CPU slots (`struct zone` has
+//! `per_cpu_pageset`), so `zone` names `pcp`'s slot type while `pcp` works on
+//! zones.
+//!
+//! `ZoneAllocator` is one type with its `impl` blocks spread over a layer of its
+//! own: `allocator` (the type, construction, zonelists, watermarks), `allocate`,
+//! `free`, `drain` and `fast`. What it owns for the layers above it lives below
+//! it (`compact_state`, `cma_state`, `reporting_state`, `local_state`,
+//! `stack_limits`), so it names nothing of them. The allocation slow path
+//! compacts directly (`__alloc_pages_direct_compact`) through a trait: `allocate`
+//! declares `DirectCompact` and `compaction` implements it. `buddy` and `isolate`
+//! add zone-lock-held methods to `zone`'s `ZoneLocked` guard, and `owned`,
+//! `local`, `contig`, `migrate`, `compaction`, `page_frag`, `reporting`,
+//! `reclaim`, `hotplug`, `cma`, `stats` and `check` add methods to
+//! `ZoneAllocator`: each extends the layer below it, never the other way.
 //!
 //! | module | layer |
 //! |---|---|
-//! | `types`, `sync`, `hook`, `error`, `gfp`, `counter`, `fault`, `config`, `fragindex`, `migrator`, `shrinker` | vocabulary, locks and atomics (loom-swappable), calling owners' code (the rule every hook obeys), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the configuration with every layer's tunables, the fragmentation indices' arithmetic, the `Migrate` trait an owner of movable memory implements, the shrinkers and how much each is asked |
-//! | `frame` | per-frame metadata (16 bytes), the frame state machine, intrusive lists |
+//! | `types`, `sync`, `platform`, `hook`, `error`, `gfp`, `counter`, `fault`, `fragindex`, `migrator`, `shrinker`, `buf` | vocabulary, locks and atomics (loom-swappable), what the host tells the allocator (interrupts, the CPU, a cross-CPU barrier), calling owners' code (the rule every hook obeys), errors, GFP and `ALLOC_*` flags, statistics counters, fault injection, the fragmentation indices' arithmetic, the `Migrate` trait an owner of movable memory implements, the shrinkers and how much each is asked, a batch of blocks on the stack |
+//! | `frame`, `memmap` | per-frame metadata (16 bytes), the frame state machine, intrusive lists; where the frame tables live |
+//! | `config` | the configuration with every layer's tunables, and what its frame tables will take |
 //! | `pageblock` | pageblock migratetypes and isolation bits |
-//! | `backend`, `arena`, `os` | what stands behind the frames; the current CPU |
+//! | `backend`, `arena`, `os`, `rseq` | what stands behind the frames; the current CPU; the per-CPU stacks' restartable sequences |
 //! | `zone` | a zone: its lock, free lists, counters, watermark checks (and its per-CPU slots) |
 //! | `buddy`, `isolate` | split, merge, fallback, highatomic reserves, pageblock isolation (zone lock held) |
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
-//! | `debug`, `compact_state` | poisoning, init-on-alloc/free, bad-page reports; what compaction keeps between runs (scanner positions, skip hints, deferral, the migrator, tunables, counters) |
-//! | `allocator` | nodes, zonelists, `alloc_pages`/`free_pages`/references |
+//! | `debug`, `compact_state`, `cma_state`, `reporting_state`, `local_state`, `stack_limits` | what the allocator owns for the layers above it: poisoning, init-on-alloc/free, bad-page reports; what compaction keeps between runs; CMA areas; the page reporter and its counters; each `LocalCache`'s blocks; the per-CPU stacks' batches and limits |
+//! | `allocator`, `allocate`, `free`, `drain`, `fast` | `ZoneAllocator`: nodes, zonelists, watermarks; `alloc_pages`; `free_pages` and references; drains; the per-CPU stacks' fast path |
 //! | `local`, `owned`, `contig`, `page_frag`, `reporting` | owner-local caches, guards (a cache's blocks too), contiguous and bulk paths, fragments, free page reporting |
 //! | `migrate`, `compaction` | moving a movable block through its owner; the two scanners, suitability, deferral, direct and proactive compaction |
 //! | `reclaim`, `hotplug`, `cma` | kswapd (which compacts after a watermark boost) and the shrinkers' public side; memory offlining and onlining, and contiguous memory areas (both move blocks through `migrate`) |

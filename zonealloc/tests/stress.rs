@@ -1443,7 +1443,7 @@ fn racing_double_frees_free_once() {
 /// The losing free of a racing double free must report `AlreadyFree`.
 ///
 /// Bug (found by the loom model `double_free_race_reports_already_free`):
-/// `ZoneAllocator::classify` (allocator.rs) reads frame words without the zone lock,
+/// `ZoneAllocator::classify` (free.rs) reads frame words without the zone lock,
 /// while `ZoneLocked::free_one_page_locked` (buddy.rs) sets the freed head to `Tail`
 /// before the merged block's head is published by `add_to_free_list`. A free that
 /// reads the head inside that window sees a `Tail` frame in no free block and
