@@ -60,6 +60,12 @@ pub struct ArenaOptions {
     /// [`Discard`]). A memfd arena always punches the pages out of its file
     /// (`MADV_REMOVE`): the other two leave a shared file's pages in place.
     pub discard: Discard,
+    /// Bind each node's zones to the host's node of the same number (`mbind`,
+    /// `MPOL_BIND`), so that a node's frames really are that node's memory; a
+    /// configuration from `numa::HostTopology::config` numbers its nodes as the
+    /// host does. Linux only; a node the host does not have fails the mapping
+    /// (`ConfigError::Backend`).
+    pub bind_nodes: bool,
 }
 
 /// The `madvise` advice an arena gives back reported free pages with.
@@ -202,7 +208,25 @@ impl Arena {
             file_off += bytes as u64;
         }
         arena.segs = segs.into_boxed_slice();
+        if opts.bind_nodes {
+            arena.bind_nodes(config)?;
+        }
         Ok(arena)
+    }
+
+    /// Binds each node's zones to the host node of the same number.
+    fn bind_nodes(&self, config: &Config) -> Result<(), ConfigError> {
+        for (nid, node) in config.nodes.iter().enumerate() {
+            for z in node.zones.iter().filter(|z| z.spanned_pages > 0) {
+                let (p, len) = self
+                    .frames_bytes(z.start_pfn, z.spanned_pages)
+                    .ok_or(ConfigError::Backend)?;
+                let nid = u16::try_from(nid).map_err(|_| ConfigError::Backend)?;
+                // SAFETY: `[p, p + len)` lies in one of this arena's mappings.
+                unsafe { crate::numa::bind(p, len, nid) }.map_err(|_| ConfigError::Backend)?;
+            }
+        }
+        Ok(())
     }
 
     /// The memfd behind the frames, if the arena was created with

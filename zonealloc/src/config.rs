@@ -8,7 +8,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::frame::SKEW_GROUP;
+use crate::frame::zone_metadata_bytes;
 use crate::types::{
     Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT, MIGRATE_TYPES, NR_ORDERS_MAX,
 };
@@ -522,25 +522,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// A zone's buddy lists: one per order and migratetype, each with a sentinel
-/// entry in the zone's frame table after the frames.
-pub(crate) const ZONE_LISTS: usize = NR_ORDERS_MAX * MIGRATE_TYPES;
-
-/// Bytes of the frame table of a zone spanning `spanned` frames (saturating): 16
-/// a frame in 64-byte lines of four, then the `ZONE_LISTS` sentinels on lines of
-/// their own, and one unused line after every `SKEW_GROUP` entries (the layout
-/// `frame::FrameTable` asserts).
-pub(crate) fn zone_metadata_bytes(spanned: u64) -> u64 {
-    let entries = spanned
-        .div_ceil(4)
-        .saturating_mul(4)
-        .saturating_add(ZONE_LISTS as u64);
-    entries
-        .div_ceil(4)
-        .saturating_add(entries / SKEW_GROUP as u64)
-        .saturating_mul(64)
 }
 
 /// Why a configuration was refused.

@@ -387,10 +387,10 @@ const _: () = assert!(
     core::mem::size_of::<Line>() == 64,
     "a Line is one cache line of PageMeta"
 );
-// `config::zone_metadata_bytes` counts the table in lines of four frames.
+// `zone_metadata_bytes` counts the table in lines of four frames.
 const _: () = assert!(
     PER_LINE == 4,
-    "config::zone_metadata_bytes assumes four frames a line"
+    "zone_metadata_bytes assumes four frames a line"
 );
 const _: () = assert!(
     core::mem::size_of::<Line>() == PER_LINE * core::mem::size_of::<PageMeta>(),
@@ -461,6 +461,25 @@ pub(crate) enum TableSource<'a> {
     Given(&'a mut dyn crate::memmap::MemMap),
 }
 
+/// A zone's buddy lists: one per order and migratetype, each with a sentinel
+/// entry in the zone's frame table after the frames.
+pub(crate) const ZONE_LISTS: usize = crate::types::NR_ORDERS_MAX * crate::types::MIGRATE_TYPES;
+
+/// Bytes of the frame table of a zone spanning `spanned` frames (saturating): 16
+/// a frame in 64-byte lines of four, then the `ZONE_LISTS` sentinels on lines of
+/// their own, and one unused line after every `SKEW_GROUP` entries (the layout
+/// `geometry` gives).
+pub(crate) fn zone_metadata_bytes(spanned: u64) -> u64 {
+    let entries = spanned
+        .div_ceil(4)
+        .saturating_mul(4)
+        .saturating_add(ZONE_LISTS as u64);
+    entries
+        .div_ceil(4)
+        .saturating_add(entries / SKEW_GROUP as u64)
+        .saturating_mul(64)
+}
+
 /// The geometry of a table of `nr` frames and `lists` sentinels: (sentinels'
 /// first index, entries, lines), `None` when its slots would pass `u32`.
 fn geometry(nr: usize, lists: usize) -> Option<(usize, usize, usize)> {
@@ -529,9 +548,9 @@ fn section_of(base: u64, idx: usize) -> usize {
 pub(crate) fn table_backed_bytes(base: u64, nr: u64, present: &[(u64, u64)]) -> u64 {
     let Some((sentinels, _, lines)) = usize::try_from(nr)
         .ok()
-        .and_then(|nr| geometry(nr, crate::config::ZONE_LISTS))
+        .and_then(|nr| geometry(nr, ZONE_LISTS))
     else {
-        return crate::config::zone_metadata_bytes(nr);
+        return zone_metadata_bytes(nr);
     };
     let nr = nr as usize;
     let tail = line_start(tail_first(sentinels));
@@ -1353,7 +1372,6 @@ mod tests {
     #[test]
     #[cfg(not(loom))]
     fn a_zone_table_is_the_size_the_config_counts() {
-        use crate::config::{zone_metadata_bytes, ZONE_LISTS};
         for nr in [
             0usize,
             1,
@@ -1384,7 +1402,7 @@ mod tests {
     #[test]
     #[cfg(not(loom))]
     fn a_sparse_table_backs_the_sections_that_hold_memory() {
-        use crate::config::ZONE_LISTS;
+        use ZONE_LISTS;
         let s = SECTION_FRAMES;
         // From frame 1000: half a section of memory, then a section and a half
         // from section 40, in a span of 100 sections.
@@ -1431,8 +1449,8 @@ mod tests {
     #[test]
     #[cfg(not(loom))]
     fn a_static_region_holds_tables_until_it_is_used_up() {
-        use crate::config::ZONE_LISTS;
         use crate::memmap::StaticMemMap;
+        use ZONE_LISTS;
         let region: &'static mut [u8] = Box::leak(alloc::vec![0xa5u8; 3 << 20].into_boxed_slice());
         let mut m = StaticMemMap::new(region);
         let all = |n: u64| [(0, n)];

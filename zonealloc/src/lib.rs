@@ -93,7 +93,7 @@
 //! | `frame`, `memmap` | per-frame metadata (16 bytes), the frame state machine, intrusive lists; where the frame tables live |
 //! | `config` | the configuration with every layer's tunables, and what its frame tables will take |
 //! | `pageblock` | pageblock migratetypes and isolation bits |
-//! | `backend`, `arena`, `os`, `rseq` | what stands behind the frames; the current CPU; the per-CPU stacks' restartable sequences |
+//! | `backend`, `arena`, `os`, `rseq`, `numa` | what stands behind the frames; the current CPU; the per-CPU stacks' restartable sequences; the host's NUMA topology and `mbind` |
 //! | `zone` | a zone: its lock, free lists, counters, watermark checks (and its per-CPU slots) |
 //! | `buddy`, `isolate` | split, merge, fallback, highatomic reserves, pageblock isolation (zone lock held) |
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
@@ -146,6 +146,8 @@ mod isolate;
 pub mod local;
 mod local_state;
 pub mod memmap;
+#[cfg(all(feature = "std", target_os = "linux"))]
+pub mod numa;
 pub mod migrate;
 mod migrator;
 #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]

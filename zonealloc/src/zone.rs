@@ -18,9 +18,9 @@
 
 use alloc::boxed::Box;
 
-use crate::config::{zone_metadata_bytes, ConfigError, ZoneConfig, ZONE_LISTS};
+use crate::config::{ConfigError, ZoneConfig};
 use crate::counter::{counters, Counter};
-use crate::frame::{FrameTable, FreeList, Tag, Word};
+use crate::frame::{zone_metadata_bytes, FrameTable, FreeList, Tag, Word, ZONE_LISTS};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
 use crate::pcp::{PcpLocked, PcpSlot};

@@ -31,13 +31,7 @@ const EXCEPTIONS: &[(&str, &str, &str)] = &[(
 /// Imports that run upward and are not mended yet: (importer, imported, what
 /// mends it). Each must still be made (take it out once it is mended), and be
 /// named in docs/architecture.md.
-const OPEN: &[(&str, &str, &str)] = &[(
-    "frame",
-    "config",
-    "frame reads the frame tables' geometry (`ZONE_LISTS`, `zone_metadata_bytes`) \
-     from config, which asks frame for the same geometry (`table_backed_bytes`, \
-     `SKEW_GROUP`): the geometry belongs in frame, below config",
-)];
+const OPEN: &[(&str, &str, &str)] = &[];
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
