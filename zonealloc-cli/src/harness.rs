@@ -139,6 +139,10 @@ pub struct Metric {
     pub unit: String,
     /// Whether smaller values are better (times) or larger (throughputs).
     pub lower_is_better: bool,
+    /// Which way is better in words, where it is neither lower nor higher (a count
+    /// that should match a reference's): "nearest the kernel's is better".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub better: Option<String>,
 }
 
 impl Metric {
@@ -148,6 +152,16 @@ impl Metric {
             name: name.into(),
             unit: unit.into(),
             lower_is_better: true,
+            better: None,
+        }
+    }
+
+    /// A count that should match the baseline's (the first row): nearest is better,
+    /// as `better` says. Rows are ranked as for a time.
+    pub fn nearest(name: &str, unit: &str, better: &str) -> Metric {
+        Metric {
+            better: Some(better.into()),
+            ..Metric::lower(name, unit)
         }
     }
 
@@ -157,6 +171,7 @@ impl Metric {
             name: name.into(),
             unit: unit.into(),
             lower_is_better: false,
+            better: None,
         }
     }
 }
@@ -477,8 +492,12 @@ pub struct Row {
     pub p_value: Option<f64>,
     /// `p_value < ALPHA`.
     pub significant: bool,
-    /// "baseline", "better", "worse" or "no significant difference".
+    /// "baseline", "better", "worse", "no significant difference", or "failed".
     pub verdict: String,
+    /// Why the variant's figure is no result (it failed every request, it has no
+    /// data): charts draw it as failed, never as the best. `None`: a result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// A comparison table: variants against the first row (the baseline).
@@ -492,6 +511,18 @@ pub struct Table {
     pub metric: Metric,
     /// Rows, the baseline first.
     pub rows: Vec<Row>,
+    /// The comparison in a few words, for people (a chart's row label); the title
+    /// keeps the exact names (a kernel test's parameters). `None`: from the title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The panel of a summary chart this table belongs to, in words (`None`: the
+    /// title's text before its first ": ").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The posting's own figure for this comparison, in times better (its
+    /// baseline's time over its after's), which a summary chart marks beside ours.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub posted_gain: Option<f64>,
 }
 
 impl Table {
@@ -531,6 +562,7 @@ impl Table {
                     p_value,
                     significant,
                     verdict,
+                    failed: None,
                 }
             })
             .collect();
@@ -539,6 +571,38 @@ impl Table {
             title: title.to_owned(),
             metric,
             rows,
+            label: None,
+            group: None,
+            posted_gain: None,
+        }
+    }
+
+    /// The same table with the posting's figure for it, `gain` times better.
+    pub fn posted(mut self, gain: f64) -> Table {
+        self.posted_gain = Some(gain);
+        self
+    }
+
+    /// The same table with a label for people (`label`).
+    pub fn labelled(mut self, label: impl Into<String>) -> Table {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The same table in the summary panel named `group`.
+    pub fn grouped(mut self, group: impl Into<String>) -> Table {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Marks row `i` as failed, `why` (e.g. "0 % of requests satisfied"): its figure
+    /// stays in the table and the JSON, but it is no result and no row compares
+    /// with it as better or worse.
+    pub fn mark_failed(&mut self, i: usize, why: impl Into<String>) {
+        if let Some(r) = self.rows.get_mut(i) {
+            r.failed = Some(why.into());
+            r.verdict = "failed".to_owned();
+            r.significant = false;
         }
     }
 }

@@ -1,11 +1,13 @@
 //! `zonealloc`: the benchmark suite and a statistics demo of the zonealloc crate.
 //!
-//! * `zonealloc bench [--quick] [--rounds N] [--threads LIST] [--peers LIST]
-//!   [--out DIR] [EXPERIMENT...]` runs the
-//!   registered experiments (all by default), each comparing variants interleaved in
-//!   this one process, prints a machine header and a table per comparison, and
-//!   writes `DIR/results.json` (every figure) and PNG charts. `--quick` is CI scale
-//!   (the whole suite in under 3 minutes); without it, full scale.
+//! * `zonealloc bench [--quick] [--verbose] [--check] [--rounds N] [--threads LIST]
+//!   [--peers LIST] [--out DIR] [EXPERIMENT...]` runs the registered experiments (all
+//!   by default), each comparing variants interleaved in this one process, and writes
+//!   `DIR/results.json` (every figure) and PNG charts. It prints a machine header, a
+//!   line per experiment as it finishes and, at the end, every target in one table
+//!   (PASS or MISS, our figure, the bound); `--verbose` also prints each experiment's
+//!   parameters, tables and notes. `--quick` is CI scale (the whole suite in a few
+//!   minutes); without it, full scale.
 //! * `zonealloc stats` builds a small allocator, runs a mixed workload on it and
 //!   prints its statistics in Linux's `/proc` formats.
 //!
@@ -112,6 +114,11 @@ struct BenchArgs {
     /// chart): what CI checks.
     #[arg(long)]
     check: bool,
+    /// Also print each experiment's parameters, tables and notes as it finishes
+    /// (default: one line per experiment, then the targets' table; every figure is in
+    /// results.json either way).
+    #[arg(long, short)]
+    verbose: bool,
     /// Experiments to run (default: all, in registry order).
     experiments: Vec<String>,
 }
@@ -222,10 +229,16 @@ fn bench(args: BenchArgs) -> ExitCode {
             Ok(files) => r.charts = files.iter().map(|p| p.display().to_string()).collect(),
             Err(err) => eprintln!("zonealloc bench: charts of {}: {err}", r.name),
         }
-        progress.suspend(|| out!("{}", report::format_experiment(&r).trim_end()));
+        let text = if args.verbose {
+            report::format_experiment(&r)
+        } else {
+            report::progress_line(i + 1, selected.len(), &r)
+        };
+        progress.suspend(|| out!("{}", text.trim_end()));
         results.push(r);
     }
     progress.finish_and_clear();
+    out!("\n{}", report::format_summary(&results).trim_end());
 
     let run = RunReport {
         mode: if args.quick { "quick" } else { "full" },
@@ -256,11 +269,30 @@ fn bench(args: BenchArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let charts: Vec<&str> = results
+    let charts: Vec<String> = results
         .iter()
-        .flat_map(|r| r.charts.iter().map(String::as_str))
+        .flat_map(|r| &r.charts)
+        .map(|c| {
+            let p = std::path::Path::new(c);
+            p.file_name()
+                .map_or(c.clone(), |f| f.to_string_lossy().into_owned())
+        })
         .collect();
-    out!("charts:  {}", charts.join(", "));
+    // NAME.png for each experiment, and the few extra ones by name.
+    let extra: Vec<&str> = charts
+        .iter()
+        .map(|c| c.trim_end_matches(".png"))
+        .filter(|c| !results.iter().any(|r| r.name == *c))
+        .collect();
+    out!(
+        "charts:  {} PNG files in {}: NAME.png for each experiment{}",
+        charts.len(),
+        args.out.display(),
+        if extra.is_empty() { "" } else { ", and" }
+    );
+    if !extra.is_empty() {
+        out!("         {}", extra.join(", "));
+    }
     if args.check {
         let empty: Vec<&str> = results
             .iter()

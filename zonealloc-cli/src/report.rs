@@ -19,8 +19,8 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde::Serialize;
 
-use crate::experiments::{ExperimentResult, Scaling, Target};
-use crate::harness::{Row, Table, ALPHA};
+use crate::experiments::{ExperimentResult, Point, Scaling, Series, Target};
+use crate::harness::{mann_whitney_p, Row, Table, ALPHA};
 
 // -----------------------------------------------------------------------------
 // Machine header
@@ -174,10 +174,10 @@ fn columns(cells: &[Vec<String>], right: &[bool]) -> String {
 
 /// One comparison table, seed style.
 pub fn format_table(t: &Table) -> String {
-    let better = if t.metric.lower_is_better {
-        "lower is better"
-    } else {
-        "higher is better"
+    let better = match &t.metric.better {
+        Some(words) => words.as_str(),
+        None if t.metric.lower_is_better => "lower is better",
+        None => "higher is better",
     };
     let mut cells = vec![vec![
         "variant".to_owned(),
@@ -250,6 +250,127 @@ pub fn format_experiment(r: &ExperimentResult) -> String {
     s
 }
 
+/// The default output's line for experiment `k` of `n` once it has run: how long it
+/// took and what it produced, or why it produced nothing.
+pub fn progress_line(k: usize, n: usize, r: &ExperimentResult) -> String {
+    let width = n.to_string().len();
+    let head = format!("[{k:>width$}/{n}] {:<12} {:>6.1} s", r.name, r.elapsed_s);
+    if r.tables.is_empty() {
+        let why = r.notes.first().map_or("", String::as_str);
+        return format!("{head}  no figures: {why}");
+    }
+    let passed = r.targets.iter().filter(|t| t.pass).count();
+    let targets = match r.targets.len() {
+        0 => "no targets".to_owned(),
+        t => format!(
+            "{t} target{}: {passed} PASS, {} MISS",
+            if t == 1 { "" } else { "s" },
+            t - passed
+        ),
+    };
+    format!(
+        "{head}  {} table{}, {targets}",
+        r.tables.len(),
+        if r.tables.len() == 1 { "" } else { "s" }
+    )
+}
+
+/// Widest "target" column of the summary, characters: longer texts wrap.
+const SUMMARY_WHAT_CHARS: u32 = 80;
+
+/// A target's text for the summary table: without the significance clause, and
+/// without a closing parenthesis that only repeats what the table's other columns
+/// say (the posting's bound, "median", "ratio of medians"). results.json keeps it
+/// whole.
+fn summary_what(t: &Target) -> &str {
+    let what = t.what_alone().trim_end();
+    match what.rfind(" (") {
+        Some(i) if what.ends_with(')') => {
+            let inner = &what[i + 2..what.len() - 1];
+            let repeats = inner.starts_with("seed")
+                || inner.contains("; seed")
+                || inner == "median"
+                || inner == "ratio of medians";
+            if repeats {
+                &what[..i]
+            } else {
+                what
+            }
+        }
+        _ => what,
+    }
+}
+
+/// Every experiment's targets in one table, the default output's end: experiment,
+/// what is checked, PASS or MISS, our figure (with its p-value where the target
+/// needs significance) and the target.
+pub fn format_summary(results: &[ExperimentResult]) -> String {
+    let mut cells = vec![vec![
+        "experiment".to_owned(),
+        "target".to_owned(),
+        "result".to_owned(),
+        "ours".to_owned(),
+        "target".to_owned(),
+    ]];
+    let chars = |s: &str| s.chars().count() as u32;
+    for r in results {
+        for t in &r.targets {
+            let ours = match t.p_value {
+                Some(p) if p < 0.001 => format!("{} (p<0.001)", target_value(t.measured, &t.unit)),
+                Some(p) => format!("{} (p={p:.3})", target_value(t.measured, &t.unit)),
+                None => target_value(t.measured, &t.unit),
+            };
+            let bound = format!(
+                "{} {}{}",
+                if t.at_most { "≤" } else { "≥" },
+                target_value(t.threshold, &t.unit),
+                if t.p_value.is_some() {
+                    format!(", p < {ALPHA}")
+                } else {
+                    String::new()
+                }
+            );
+            let what = wrap_words(summary_what(t), SUMMARY_WHAT_CHARS, &chars);
+            for (k, line) in what.into_iter().enumerate() {
+                cells.push(if k == 0 {
+                    vec![
+                        r.name.clone(),
+                        line,
+                        if t.pass { "PASS" } else { "MISS" }.to_owned(),
+                        ours.clone(),
+                        bound.clone(),
+                    ]
+                } else {
+                    vec![String::new(), format!("  {line}")]
+                });
+            }
+        }
+    }
+    if cells.len() == 1 {
+        return "targets: none among the experiments run\n".to_owned();
+    }
+    format!(
+        "targets (ours: the median of this run's rounds, or a ratio of medians; each \
+         target's source and full text in results.json)\n{}",
+        columns(&cells, &[false, false, false, true, false])
+    )
+}
+
+/// A target's figure with its unit, four significant digits at most: "16.94 ns",
+/// "-9.1 %", "1.91x", "0.004", "20 ns".
+fn target_value(v: f64, unit: &str) -> String {
+    let n = if v.is_finite() {
+        sig_digits(round_sig(v, 4), 4)
+    } else {
+        format!("{v}")
+    };
+    match unit {
+        "" => n,
+        "x" => format!("{n}x"),
+        u => format!("{n} {u}"),
+    }
+}
+
 // -----------------------------------------------------------------------------
 // results.json
 // -----------------------------------------------------------------------------
@@ -313,12 +434,21 @@ pub fn write_json(dir: &Path, report: &RunReport<'_>) -> std::io::Result<PathBuf
 //   them (20 ns, 1.2 µs) (`si_label`, `si_value`); zero is "0";
 // - titles come from the tables (what, parameters, unit), wrapped and if need be set
 //   smaller to fit the width, never cut (`fit_title`);
+// - every chart names its baseline and says in words which way is better, and
+//   prints the figures a reader asks for (the medians, with their units) beside the
+//   ratios;
+// - a variant that failed (no request satisfied, no data) is drawn as failed: a red
+//   cross and why, never a bar or a dot that could read as the best; a ratio of 0 or
+//   to a baseline of 0 is not printed;
 // - an experiment of more than `SUMMARY_OVER` panels gets a summary in NAME.png (each
-//   panel's variants against its baseline, as dots, with the targets that read on
-//   that axis) and its panels in NAME-detail.png;
-// - zonealloc's variants are drawn in strong colours and heavier, the peers it is
-//   compared with in muted ones, the baseline or limit grey; legends sit beside or
-//   above the plots, never on them.
+//   panel's variants against its baseline, or against the experiment's reference
+//   variant, as dots in "times better", with the targets that read on that axis; row
+//   labels in words, the tables' own titles keep the exact names) and its panels in
+//   NAME-detail.png;
+// - a scaling chart has a linear axis from 0, each series its own colour and marker,
+//   whiskers set a little apart, and each series' medians in its legend entry;
+// - zonealloc's variants are drawn heavier than the peers it is compared with, the
+//   baseline or limit grey; legends sit beside or above the plots, never on them.
 
 static DEJAVU_SANS: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 const FONT: &str = "sans-serif";
@@ -832,18 +962,19 @@ const STRONG: [RGBColor; 8] = [
     RGBColor(0x17, 0xbe, 0xcf),
 ];
 
-/// The peers zonealloc is compared with: muted hues, told apart by marker too.
+/// The peers zonealloc is compared with: hues of their own, none near zonealloc's red
+/// and blue, each also told apart by its marker; drawn lighter than zonealloc's.
 const MUTED: [RGBColor; 10] = [
-    RGBColor(0x8f, 0xb8, 0xd6),
-    RGBColor(0x9c, 0xc9, 0x8f),
-    RGBColor(0xe6, 0xb8, 0x80),
-    RGBColor(0xb4, 0xa7, 0xd0),
-    RGBColor(0xc4, 0xa5, 0x8e),
-    RGBColor(0xe0, 0xa6, 0xc4),
-    RGBColor(0x8c, 0xc7, 0xc2),
-    RGBColor(0xc9, 0xc7, 0x84),
-    RGBColor(0xa8, 0xb4, 0xbe),
-    RGBColor(0xd9, 0x9a, 0x9a),
+    RGBColor(0xe0, 0x8a, 0x00),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0xa8, 0xa8, 0x10),
+    RGBColor(0x17, 0xbe, 0xcf),
+    RGBColor(0x00, 0x6d, 0x5b),
+    RGBColor(0x5b, 0x5b, 0x9e),
+    RGBColor(0xb8, 0x7a, 0x4a),
 ];
 
 /// The baseline row of a table, and the "limit" series.
@@ -985,11 +1116,27 @@ impl Styles {
         for s in r.scaling.iter().flat_map(|s| &s.series) {
             add(family(&s.name));
         }
-        let baselines: Vec<String> = r
-            .tables
+        // A baseline is a family that heads every table it appears in; one that is
+        // compared in some tables keeps a colour of its own (a panel greys its first
+        // row anyway).
+        let baselines: Vec<String> = names
             .iter()
-            .filter_map(|t| t.rows.first())
-            .map(|r| family(&r.variant).to_owned())
+            .filter(|n| {
+                r.tables.iter().all(|t| {
+                    t.rows
+                        .iter()
+                        .skip(1)
+                        .all(|row| family(&row.variant) != n.as_str())
+                })
+            })
+            .filter(|n| {
+                r.tables.iter().any(|t| {
+                    t.rows
+                        .first()
+                        .is_some_and(|b| family(&b.variant) == n.as_str())
+                })
+            })
+            .cloned()
             .collect();
         Styles::new(&names, &baselines)
     }
@@ -1169,10 +1316,26 @@ fn tables_chart(path: &Path, r: &ExperimentResult, styles: &Styles) -> ChartResu
     let n = r.tables.len();
     let cols = n.clamp(1, 2);
     let width = PANEL_W * cols as u32;
+    let mut firsts: Vec<&str> = r
+        .tables
+        .iter()
+        .filter_map(|t| t.rows.first())
+        .map(|row| row.variant.as_str())
+        .collect();
+    firsts.dedup();
+    let baseline = match firsts[..] {
+        [one] => format!("the baseline, {one} (each panel's first row)"),
+        _ => "each panel's first row, its baseline".to_owned(),
+    };
+    let baseline = if r.tables.iter().any(|t| panel_baseline(t) > 0) {
+        format!("{baseline}, or where that failed the first row that did not")
+    } else {
+        baseline
+    };
     let title = format!(
-        "{}: median of runs as a bar (a dot on a log axis), min–max as a whisker; right \
-         of each plot the median and its ratio to the panel's first row (* significant, \
-         p < {ALPHA})",
+        "{}: the median of the runs as a bar (a dot on a log axis), their range as a \
+         whisker; right of each plot the median and its ratio to {baseline} (* \
+         significant, p < {ALPHA}); each axis says which way is better",
         r.name
     );
     let (tsize, tlines) = fit_title(&title, width - 24, &[19, 17, 15], 3, &text_width);
@@ -1197,7 +1360,12 @@ fn tables_chart(path: &Path, r: &ExperimentResult, styles: &Styles) -> ChartResu
         for (k, t) in row.iter().enumerate() {
             let (_, right) = this.split_horizontally(PANEL_W * k as u32);
             let (panel, _) = right.split_horizontally(PANEL_W);
-            table_panel(&panel, t, styles)?;
+            let targets: Vec<&Target> = r
+                .targets
+                .iter()
+                .filter(|g| g.table.as_deref() == Some(t.id.as_str()) && g.unit == t.metric.unit)
+                .collect();
+            table_panel(&panel, t, styles, &targets)?;
         }
         rest = below;
     }
@@ -1205,13 +1373,28 @@ fn tables_chart(path: &Path, r: &ExperimentResult, styles: &Styles) -> ChartResu
     Ok(())
 }
 
-/// The value column's text for a table row: median with unit, ratio to the first row.
+/// The row of `t` a panel's ratios are to: the first that did not fail.
+fn panel_baseline(t: &Table) -> usize {
+    t.rows.iter().position(|r| r.failed.is_none()).unwrap_or(0)
+}
+
+/// The value column's text for a table row: median with unit, ratio to the panel's
+/// baseline (none where it says nothing: a ratio of 0, a baseline of 0); "failed"
+/// and why, for a row that failed.
 fn value_label(t: &Table, i: usize, log: bool) -> String {
     let r = &t.rows[i];
-    let ratio = if i == 0 {
+    if let Some(why) = &r.failed {
+        return format!("failed: {why}");
+    }
+    let b = panel_baseline(t);
+    let base = &t.rows[b];
+    let ratio = r.median / base.median;
+    let ratio = if i == b {
         "baseline".to_owned()
+    } else if ratio == 0.0 || base.median == 0.0 {
+        String::new()
     } else {
-        ratio_label(r.ratio, r.significant)
+        ratio_label(ratio, differs(base, r) == Some(true))
     };
     let off = if log && r.median <= 0.0 {
         " (off the log axis)"
@@ -1223,8 +1406,25 @@ fn value_label(t: &Table, i: usize, log: bool) -> String {
         .to_owned()
 }
 
-/// One table's panel.
-fn table_panel(area: &Area<'_>, t: &Table, styles: &Styles) -> ChartResult<()> {
+/// The bounds of `targets` (in the table's unit), each once, ascending.
+fn target_bounds(targets: &[&Target]) -> Vec<(f64, bool)> {
+    let mut b: Vec<(f64, bool)> = targets
+        .iter()
+        .filter(|t| t.threshold.is_finite())
+        .map(|t| (t.threshold, t.at_most))
+        .collect();
+    b.sort_by(|x, y| x.0.total_cmp(&y.0));
+    b.dedup();
+    b
+}
+
+/// One table's panel, with the targets that read on it (same unit) as dashed lines.
+fn table_panel(
+    area: &Area<'_>,
+    t: &Table,
+    styles: &Styles,
+    targets: &[&Target],
+) -> ChartResult<()> {
     let (w, h) = area.dim_in_pixel();
     // A panel in a grid row of taller ones keeps its own height (its bars as thick).
     let (area, _) = area.split_vertically(panel_height(t, w).min(h));
@@ -1236,12 +1436,17 @@ fn table_panel(area: &Area<'_>, t: &Table, styles: &Styles) -> ChartResult<()> {
         .margin(lines_height(size, lines.len()), 0, 0, 0);
     let n = t.rows.len();
     let unit = t.metric.unit.as_str();
+    // A failed row's figure is no result: it does not stretch the axis.
+    let bounds = target_bounds(targets);
     let values: Vec<f64> = t
         .rows
         .iter()
+        .filter(|r| r.failed.is_none())
         .flat_map(|r| [r.min, r.median, r.max])
+        .chain(bounds.iter().map(|b| b.0))
         .collect();
-    let log = spans_decades(values.iter().copied(), 1.5);
+    // Shares stay linear: 0 % (often the best) has no place on a log axis.
+    let log = unit != "%" && spans_decades(values.iter().copied(), 1.5);
     let labels: Vec<String> = (0..n).map(|i| value_label(t, i, log)).collect();
     let names_w = t
         .rows
@@ -1259,7 +1464,28 @@ fn table_panel(area: &Area<'_>, t: &Table, styles: &Styles) -> ChartResult<()> {
         + 24;
     let plot_w = w.saturating_sub(names_w + value_w + 8).max(80);
     let axis = Axis::fit(&values, log, unit, plot_w);
-    let desc = axis_desc(&t.metric.name, unit, log);
+    let mut desc = format!(
+        "{}: {}",
+        axis_desc(&t.metric.name, unit, log),
+        match &t.metric.better {
+            Some(words) => words.as_str(),
+            None if t.metric.lower_is_better => "lower is better",
+            None => "higher is better",
+        }
+    );
+    if !bounds.is_empty() {
+        let list: Vec<String> = bounds
+            .iter()
+            .map(|(v, at_most)| {
+                format!(
+                    "{} {}",
+                    if *at_most { "≤" } else { "≥" },
+                    si_value(*v, unit)
+                )
+            })
+            .collect();
+        desc.push_str(&format!("; red dashes: target {}", list.join(", ")));
+    }
     let desc_px = [LABEL_PX, 14, 13, 12, 11]
         .into_iter()
         .find(|s| text_width(&desc, *s) <= plot_w + 2 * names_w.min(value_w))
@@ -1300,9 +1526,39 @@ fn table_panel(area: &Area<'_>, t: &Table, styles: &Styles) -> ChartResult<()> {
         .axis_desc_style((FONT, desc_px))
         .draw()?;
     let plot_right = chart.plotting_area().get_pixel_range().0.end - body.get_base_pixel().0;
+    for (v, _) in &bounds {
+        chart.draw_series(std::iter::once(DashedPathElement::new(
+            vec![(axis.pos(*v), 0.0), (axis.pos(*v), n as f64)],
+            7,
+            5,
+            TARGET.stroke_width(2),
+        )))?;
+    }
+    let b = panel_baseline(t);
     for (i, r) in t.rows.iter().enumerate() {
         let y = (n - i) as f64 - 0.5;
-        let style = styles.of(&r.variant);
+        let style = if i == b {
+            Style {
+                colour: BASELINE,
+                ..styles.of(&r.variant)
+            }
+        } else {
+            styles.of(&r.variant)
+        };
+        let (_, py) = pixel_in(&chart, &body, (axis.pos(axis.lo), y));
+        if r.failed.is_some() {
+            let (px, _) = pixel_in(&chart, &body, (axis.pos(axis.lo), y));
+            draw_failed(&body, (px + 12, py), 7)?;
+            body.draw(&Text::new(
+                labels[i].clone(),
+                (plot_right + 10, py),
+                (FONT, LABEL_PX)
+                    .into_font()
+                    .color(&FAILED)
+                    .pos(Pos::new(HPos::Left, VPos::Center)),
+            ))?;
+            continue;
+        }
         if r.median.is_finite() && !log {
             chart.draw_series(std::iter::once(Rectangle::new(
                 [(axis.pos(0.0), y - 0.34), (axis.pos(r.median), y + 0.34)],
@@ -1326,7 +1582,6 @@ fn table_panel(area: &Area<'_>, t: &Table, styles: &Styles) -> ChartResult<()> {
             draw_marker(&body, Marker::Circle, at, 8, BLACK, true)?;
             draw_marker(&body, Marker::Circle, at, 6, style.colour, true)?;
         }
-        let (_, py) = pixel_in(&chart, &body, (axis.pos(axis.lo), y));
         body.draw(&Text::new(
             labels[i].clone(),
             (plot_right + 10, py),
@@ -1341,17 +1596,37 @@ fn table_panel(area: &Area<'_>, t: &Table, styles: &Styles) -> ChartResult<()> {
 
 // --- Summary -----------------------------------------------------------------------
 
-/// How much better `row` is than table `t`'s baseline (its first row): baseline /
-/// median where lower is better, median / baseline where higher is; above 1 is
-/// better. `None` where that is not a number.
-fn gain(t: &Table, row: &Row) -> Option<f64> {
-    let base = t.rows.first()?.median;
+/// How many times better `row` is than `base`, a row of the same table: base /
+/// median where lower is better, median / base where higher is; above 1 is better.
+/// `None` where that is no number, or either row failed.
+fn gain(t: &Table, base: &Row, row: &Row) -> Option<f64> {
+    if row.failed.is_some() || base.failed.is_some() {
+        return None;
+    }
     let g = if t.metric.lower_is_better {
-        base / row.median
+        base.median / row.median
     } else {
-        row.median / base
+        row.median / base.median
     };
     (g.is_finite() && g >= 0.0).then_some(g)
+}
+
+/// Whether `row` differs significantly from `base` (rows of one table), by the
+/// Mann–Whitney test of their samples; `None` for single measurements, which have
+/// no spread to test (a deterministic count, a capacity).
+fn differs(base: &Row, row: &Row) -> Option<bool> {
+    if base.samples.len() < 2 || row.samples.len() < 2 {
+        return None;
+    }
+    Some(mann_whitney_p(&row.samples, &base.samples) < ALPHA)
+}
+
+/// The row a summary compares table `t`'s other rows with: the experiment's
+/// `summary_reference` where the table has that variant, else the first row.
+fn reference_row(t: &Table, reference: Option<&str>) -> usize {
+    reference
+        .and_then(|f| t.rows.iter().position(|r| family(&r.variant) == f))
+        .unwrap_or(0)
 }
 
 /// Where a target reads on the gain axis of a summary: a "change" in % is the gain
@@ -1388,9 +1663,13 @@ fn group_tables(tables: &[Table]) -> Vec<(Option<String>, Vec<&Table>)> {
     }
 }
 
-/// A table's row label in the summary: its title less the group's name, or (without
-/// groups) its title up to the first ": " (what and parameters, not the metric).
+/// A table's row label in the summary: its label for people where it has one;
+/// otherwise its title less the group's name, or (without groups) its title up to
+/// the first ": " (what and parameters, not the metric).
 fn summary_label(t: &Table, group: Option<&str>) -> String {
+    if let Some(l) = &t.label {
+        return l.clone();
+    }
     let title = panel_title(t);
     match group {
         Some(g) => title
@@ -1402,28 +1681,45 @@ fn summary_label(t: &Table, group: Option<&str>) -> String {
     }
 }
 
+/// Two figures of one unit, "before → after": "338 ns → 16.9 ns", "10.2 → 60.4 M
+/// ops/s".
+fn pair_text(a: f64, b: f64, unit: &str) -> String {
+    if time_unit_ns(unit).is_some() || unit.is_empty() {
+        format!("{} → {}", si_value(a, unit), si_value(b, unit))
+    } else {
+        format!("{} → {}", compact(a, unit, 3), si_value(b, unit))
+    }
+}
+
 /// The most rows in one summary panel (more are split into panels side by side).
 const SUMMARY_ROWS: usize = 18;
 
 /// One panel of the summary: a name and its tables.
 struct SummaryPanel<'a> {
+    /// The title prefix that grouped its tables (targets name it).
+    key: Option<String>,
+    /// What the panel shows, in words.
     name: Option<String>,
     tables: Vec<&'a Table>,
 }
 
 /// An entry of a legend.
 enum Key {
-    /// A variant's marker.
+    /// A variant's marker, filled.
     Dot(Style, String),
     /// A line (colour, dashed).
     Line(RGBColor, bool, String),
     /// A hollow marker.
     Hollow(String),
+    /// The cross of a failed variant.
+    Failed(String),
+    /// The posting's own figure: a hollow diamond.
+    Posted(String),
 }
 
 fn key_text(key: &Key) -> &str {
     match key {
-        Key::Dot(_, t) | Key::Line(_, _, t) | Key::Hollow(t) => t,
+        Key::Dot(_, t) | Key::Line(_, _, t) | Key::Hollow(t) | Key::Failed(t) | Key::Posted(t) => t,
     }
 }
 
@@ -1448,6 +1744,22 @@ fn legend_layout(
         x += item_w;
     }
     (at, y as u32 + 16)
+}
+
+/// Colour of what failed.
+const FAILED: RGBColor = RGBColor(0xb0, 0x00, 0x20);
+
+/// Draws the cross of a failed variant at `at`.
+fn draw_failed(area: &Area<'_>, at: (i32, i32), r: i32) -> ChartResult<()> {
+    draw_marker(area, Marker::Cross, at, r, FAILED, true)
+}
+
+/// Colour of the posting's own figures.
+const POSTED: RGBColor = RGBColor(0x30, 0x30, 0x30);
+
+/// Draws the mark of a posting's own figure at `at`: a hollow diamond.
+fn draw_posted(area: &Area<'_>, at: (i32, i32)) -> ChartResult<()> {
+    draw_marker(area, Marker::Diamond, at, 6, POSTED, false)
 }
 
 /// Draws `keys` at the places `legend_layout` gave.
@@ -1475,6 +1787,8 @@ fn draw_legend(area: &Area<'_>, keys: &[Key], at: &[(i32, i32)]) -> ChartResult<
             Key::Hollow(_) => {
                 draw_marker(area, Marker::Circle, (x + 16, y), 6, BASELINE, false)?;
             }
+            Key::Failed(_) => draw_failed(area, (x + 16, y), 6)?,
+            Key::Posted(_) => draw_posted(area, (x + 16, y))?,
         }
         area.draw(&Text::new(
             key_text(key).to_owned(),
@@ -1488,27 +1802,114 @@ fn draw_legend(area: &Area<'_>, keys: &[Key], at: &[(i32, i32)]) -> ChartResult<
     Ok(())
 }
 
-/// One dot per variant and table: each table's variants against its baseline, a
-/// panel per group of tables, the targets that read on that axis as dashed lines;
-/// the legend above the panels.
+/// The style of the dot of a row that compares one setting with its baseline (the
+/// row's label names both): one colour for all such rows, whatever their variants.
+const PAIR_STYLE: Style = Style {
+    colour: RGBColor(0x1f, 0x4e, 0x9c),
+    marker: Marker::Circle,
+    tier: Tier::Strong,
+};
+
+/// How a summary reads: against what each row's dots are placed.
+struct Reading<'a> {
+    /// The experiment's `summary_reference`: every row against that variant.
+    reference: Option<&'a str>,
+}
+
+impl Reading<'_> {
+    /// Whether `t` compares exactly one setting with its baseline.
+    fn pair(&self, t: &Table) -> bool {
+        self.reference.is_none() && t.rows.len() == 2
+    }
+
+    /// The reference row of `t`.
+    fn base<'t>(&self, t: &'t Table) -> &'t Row {
+        &t.rows[reference_row(t, self.reference)]
+    }
+
+    /// The rows of `t` drawn as dots: all but the reference.
+    fn others<'t>(&self, t: &'t Table) -> impl Iterator<Item = &'t Row> + 't {
+        let k = reference_row(t, self.reference);
+        t.rows
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| *i != k)
+            .map(|(_, r)| r)
+    }
+
+    /// The style of the dot of `row`, of table `t`.
+    fn style(&self, styles: &Styles, t: &Table, row: &Row) -> Style {
+        if self.pair(t) {
+            PAIR_STYLE
+        } else {
+            styles.of(&row.variant)
+        }
+    }
+
+    /// The text right of a row's plot: the figures a reader asks for.
+    fn value_text(&self, t: &Table) -> String {
+        let base = self.base(t);
+        let unit = t.metric.unit.as_str();
+        if self.pair(t) {
+            let row = self.others(t).next().expect("a pair has a second row");
+            return match &row.failed {
+                Some(why) => format!("{} → failed: {why}", si_value(base.median, unit)),
+                None => format!(
+                    "{}  {}",
+                    pair_text(base.median, row.median, unit),
+                    gain(t, base, row)
+                        .map(|g| ratio_label(g, differs(base, row) == Some(true)))
+                        .unwrap_or_default()
+                ),
+            };
+        }
+        if self.reference.is_some() {
+            return format!("{}: {}", family(&base.variant), si_value(base.median, unit));
+        }
+        // Several settings against one baseline: every median, in table order.
+        let others: Vec<String> = self
+            .others(t)
+            .map(|row| match row.failed {
+                Some(_) => "failed".to_owned(),
+                None => compact(row.median, unit, 3),
+            })
+            .collect();
+        let base_text = if time_unit_ns(unit).is_some() {
+            si_value(base.median, unit)
+        } else {
+            compact(base.median, unit, 3)
+        };
+        let tail = if time_unit_ns(unit).is_some() || unit.is_empty() {
+            String::new()
+        } else {
+            format!(" {unit}")
+        };
+        format!("{base_text} → {}{tail}", others.join(" / "))
+    }
+}
+
+/// One dot per variant and table: each table's variants against its baseline (or
+/// the experiment's reference variant), a panel per group of tables, the targets
+/// that read on that axis as dashed lines; the legend above the panels.
 fn summary_chart(
     path: &Path,
     r: &ExperimentResult,
     styles: &Styles,
     detail_name: &str,
 ) -> ChartResult<()> {
-    // Tables whose baseline is 0 (or no number) have no ratio to show.
+    let reference = r.summary_reference.as_deref();
+    // Tables whose reference is 0, failed or no number have no ratio to show.
     let shown: Vec<Table> = r
         .tables
         .iter()
         .filter(|t| {
-            t.rows.len() > 1
-                && t.rows
-                    .first()
-                    .is_some_and(|b| b.median.is_finite() && b.median > 0.0)
+            let b = &t.rows[reference_row(t, reference).min(t.rows.len().saturating_sub(1))];
+            t.rows.len() > 1 && b.failed.is_none() && b.median.is_finite() && b.median > 0.0
         })
         .cloned()
         .collect();
+    let reading = Reading { reference };
+    let pairs = shown.iter().filter(|t| reading.pair(t)).count();
     let left_out: Vec<String> = r
         .tables
         .iter()
@@ -1516,48 +1917,98 @@ fn summary_chart(
         .map(|t| summary_label(t, None))
         .collect();
     let mut panels: Vec<SummaryPanel<'_>> = Vec::new();
-    for (name, tables) in group_tables(&shown) {
+    for (key, tables) in group_tables(&shown) {
+        let name = key.as_ref().map(|k| {
+            tables
+                .iter()
+                .find_map(|t| t.group.clone())
+                .unwrap_or(k.clone())
+        });
         let parts = tables.len().div_ceil(SUMMARY_ROWS);
         let per = tables.len().div_ceil(parts.max(1));
         for chunk in tables.chunks(per.max(1)) {
             panels.push(SummaryPanel {
+                key: key.clone(),
                 name: name.clone(),
                 tables: chunk.to_vec(),
             });
         }
     }
-    // Legend: every variant that has a dot, zonealloc's first; baseline; targets.
+    let targets: Vec<(&Target, f64)> = r
+        .targets
+        .iter()
+        .filter(|t| t.table.is_none())
+        .filter_map(|t| target_gain(t).map(|g| (t, g)))
+        .collect();
+    // Ratios that read on one row: a mark on that row.
+    let row_targets: Vec<&Target> = r
+        .targets
+        .iter()
+        .filter(|t| t.unit == "x" && shown.iter().any(|s| Some(&s.id) == t.table.as_ref()))
+        .collect();
+    // Legend: the dot of a pair's row, each variant's of the other rows (zonealloc's
+    // first), hollow, failed, the line at 1, the targets.
+    let mut keys: Vec<Key> = Vec::new();
+    let mut pair_names: Vec<(&str, &str)> = shown
+        .iter()
+        .filter(|t| reading.pair(t))
+        .map(|t| (t.rows[1].variant.as_str(), t.rows[0].variant.as_str()))
+        .collect();
+    pair_names.sort_unstable();
+    pair_names.dedup();
+    match pair_names[..] {
+        [] => {}
+        [(v, b)] => keys.push(Key::Dot(PAIR_STYLE, format!("{v} against {b} (= 1)"))),
+        _ => keys.push(Key::Dot(
+            PAIR_STYLE,
+            "the setting a row names first, against the second (= 1)".into(),
+        )),
+    }
     let mut variants: Vec<String> = Vec::new();
-    for t in &shown {
-        for row in &t.rows[1..] {
+    for t in shown.iter().filter(|t| !reading.pair(t)) {
+        for row in reading.others(t) {
             if !variants.iter().any(|v| v == family(&row.variant)) {
                 variants.push(family(&row.variant).to_owned());
             }
         }
     }
     variants.sort_by_key(|v| styles.of(v).tier != Tier::Strong);
-    let targets: Vec<(&Target, f64)> = r
-        .targets
-        .iter()
-        .filter_map(|t| target_gain(t).map(|g| (t, g)))
-        .collect();
-    let mut keys: Vec<Key> = variants
-        .iter()
-        .map(|v| Key::Dot(styles.of(v), v.clone()))
-        .collect();
+    keys.extend(variants.iter().map(|v| Key::Dot(styles.of(v), v.clone())));
     keys.push(Key::Hollow(format!(
         "hollow: not significant (p ≥ {ALPHA})"
     )));
-    let mut baselines: Vec<&str> = shown.iter().map(|t| t.rows[0].variant.as_str()).collect();
+    if shown
+        .iter()
+        .any(|t| reading.others(t).any(|row| row.failed.is_some()))
+    {
+        keys.push(Key::Failed("failed: no result".into()));
+    }
+    let mut baselines: Vec<&str> = shown
+        .iter()
+        .map(|t| family(&reading.base(t).variant))
+        .collect();
     baselines.dedup();
-    keys.push(Key::Line(
-        BLACK,
-        false,
-        match baselines[..] {
-            [one] => format!("1 = {one} (the baseline)"),
-            _ => "1 = the baseline".into(),
-        },
-    ));
+    let one = match (reference, &baselines[..]) {
+        (Some(f), _) => f.to_owned(),
+        (None, [b]) => (*b).to_owned(),
+        _ => "the row's baseline".to_owned(),
+    };
+    if shown.iter().any(|t| t.posted_gain.is_some()) {
+        keys.push(Key::Posted("the posting's own figure".into()));
+    }
+    keys.push(Key::Line(BLACK, false, format!("1 = {one}")));
+    for t in &row_targets {
+        keys.push(Key::Line(
+            TARGET,
+            true,
+            format!(
+                "on its row, target {} {}: {}",
+                if t.at_most { "≤" } else { "≥" },
+                ratio_label(t.threshold, false),
+                t.what_alone()
+            ),
+        ));
+    }
     for (t, g) in &targets {
         keys.push(Key::Line(
             TARGET,
@@ -1566,27 +2017,46 @@ fn summary_chart(
                 "target {} {}: {}",
                 if t.at_most { "≤" } else { "≥" },
                 ratio_label(*g, false),
-                t.what
+                t.what_alone()
             ),
         ));
     }
     let all_lower = shown.iter().all(|t| t.metric.lower_is_better);
     let all_higher = shown.iter().all(|t| !t.metric.lower_is_better);
-    let rule = if all_lower {
-        "baseline median ÷ median"
-    } else if all_higher {
-        "median ÷ baseline median"
-    } else {
-        "baseline ÷ median where lower is better, median ÷ baseline where higher is"
+    let (b, v) = match reference {
+        Some(f) => (f, "the other's"),
+        None => ("baseline", "the setting's"),
     };
-    let mut title = format!(
-        "{}: each panel's variants against its first row (the baseline), {rule}; above 1 \
-         is better. One row per panel of {detail_name}",
-        r.name
-    );
+    let rule = if all_lower {
+        format!("{b}'s time ÷ {v}")
+    } else if all_higher {
+        format!("{v} rate ÷ {b}'s")
+    } else {
+        format!("{b}'s time ÷ {v}, or {v} rate or share ÷ {b}'s")
+    };
+    let mut title = match reference {
+        Some(f) => format!(
+            "{}: every allocator against {f} (= 1), workload by workload: right of 1 is \
+             better than {f} (faster, or more of the arena), left of 1 worse. Beside each \
+             row, {f}'s own figure. Each row has its own panel in {detail_name}",
+            r.name
+        ),
+        None => format!(
+            "{}: each row's setting against its baseline (= 1), in times better: right \
+             of 1 is better, left of 1 worse. Beside each row, the medians as measured \
+             ({}). Each row has its own panel in {detail_name}",
+            r.name,
+            if pairs == shown.len() {
+                "baseline → setting"
+            } else {
+                "baseline → setting, or baseline → each setting, as the row names them"
+            }
+        ),
+    };
     if !left_out.is_empty() {
         title.push_str(&format!(
-            " (not here, their baseline is 0: {})",
+            ". Not here, as {} is 0 or failed there: {}",
+            reference.unwrap_or("the baseline"),
             left_out.join("; ")
         ));
     }
@@ -1604,14 +2074,21 @@ fn summary_chart(
             let labels: Vec<String> = p
                 .tables
                 .iter()
-                .map(|t| summary_label(t, p.name.as_deref()))
+                .map(|t| {
+                    let l = summary_label(t, p.key.as_deref());
+                    if reading.pair(t) && t.label.is_none() {
+                        format!("{l}: {} vs {}", t.rows[1].variant, t.rows[0].variant)
+                    } else {
+                        l
+                    }
+                })
                 .collect();
             let widest = labels
                 .iter()
                 .map(|l| text_width(l, LABEL_PX))
                 .max()
                 .unwrap_or(0);
-            let names_w = (widest + 16).min(panel_w / 2);
+            let names_w = (widest + 16).min(panel_w * 2 / 5);
             let wrapped = labels
                 .iter()
                 .map(|l| wrap_words(l, names_w - 16, &|s| text_width(s, LABEL_PX)))
@@ -1625,12 +2102,28 @@ fn summary_chart(
         .max()
         .map_or(ROW_H, |lines| ROW_H.max(lines as u32 * 18 + 8));
     let rows = panels.iter().map(|p| p.tables.len()).max().unwrap_or(1) as u32;
+    let value_texts: Vec<Vec<String>> = panels
+        .iter()
+        .map(|p| p.tables.iter().map(|t| reading.value_text(t)).collect())
+        .collect();
+    let widest_values = value_texts
+        .iter()
+        .flatten()
+        .map(|l| text_width(l, LABEL_PX))
+        .max()
+        .unwrap_or(0)
+        + 20;
     // One axis for every panel, so that their dots compare: every gain, 1 and the
     // targets, ticks for the narrowest plot.
     let mut values: Vec<f64> = shown
         .iter()
-        .flat_map(|t| t.rows[1..].iter().filter_map(|row| gain(t, row)))
+        .flat_map(|t| {
+            let base = reading.base(t);
+            reading.others(t).filter_map(move |row| gain(t, base, row))
+        })
         .chain(targets.iter().map(|(_, g)| *g))
+        .chain(row_targets.iter().map(|t| t.threshold))
+        .chain(shown.iter().filter_map(|t| t.posted_gain))
         .collect();
     values.push(1.0);
     let log = spans_decades(values.iter().copied(), 1.0);
@@ -1639,7 +2132,9 @@ fn summary_chart(
         &values,
         log,
         "",
-        panel_w.saturating_sub(widest_names + 110).max(80),
+        panel_w
+            .saturating_sub(widest_names + widest_values + 8)
+            .max(80),
     );
     let panel_title_h = if panels.iter().any(|p| p.name.is_some()) {
         30
@@ -1654,33 +2149,53 @@ fn summary_chart(
     let below = root.clone().margin(title_h, 0, 0, 0);
     draw_legend(&below, &keys, &legend_at)?;
     let below = below.margin(legend_h, 0, 0, 0);
+    let desc = axis_desc(
+        &format!(
+            "times better than {}: {rule}",
+            reference.unwrap_or("the baseline")
+        ),
+        "",
+        log,
+    );
     for (k, (p, (names_w, labels))) in panels.iter().zip(&layouts).enumerate() {
         let (_, right) = below.split_horizontally(panel_w * k as u32);
         let (area, _) = right.split_horizontally(panel_w);
         if let Some(name) = &p.name {
-            draw_centred(
-                &area,
-                &[format!("{name} ({} panels)", p.tables.len())],
-                17,
-                2,
-            )?;
+            draw_centred(&area, std::slice::from_ref(name), 17, 2)?;
         }
         let body = area.clone().margin(panel_title_h, 0, 0, 0);
         let lines: Vec<f64> = targets
             .iter()
-            .filter(|(t, _)| match &p.name {
+            .filter(|(t, _)| match &p.key {
                 Some(n) => {
                     t.what.starts_with(&format!("{n}:"))
                         || !panels
                             .iter()
-                            .filter_map(|q| q.name.as_deref())
+                            .filter_map(|q| q.key.as_deref())
                             .any(|q| t.what.starts_with(&format!("{q}:")))
                 }
                 None => true,
             })
             .map(|(_, g)| *g)
             .collect();
-        summary_panel(&body, p, styles, (*names_w, labels), &lines, &axis, rule)?;
+        let rows = PanelRows {
+            names_w: *names_w,
+            labels,
+            values: &value_texts[k],
+            value_w: widest_values,
+            targets: p
+                .tables
+                .iter()
+                .map(|t| {
+                    row_targets
+                        .iter()
+                        .filter(|g| g.table.as_ref() == Some(&t.id))
+                        .map(|g| g.threshold)
+                        .collect()
+                })
+                .collect(),
+        };
+        summary_panel(&body, p, styles, &reading, &rows, &lines, &axis, &desc)?;
     }
     root.present()?;
     Ok(())
@@ -1689,61 +2204,42 @@ fn summary_chart(
 /// Colour of target lines.
 const TARGET: RGBColor = RGBColor(0xc0, 0x00, 0x00);
 
+/// The text around one summary panel's plot: row labels left, figures right.
+struct PanelRows<'a> {
+    names_w: u32,
+    labels: &'a [Vec<String>],
+    values: &'a [String],
+    value_w: u32,
+    /// Per row, the ratios of the targets that read on it.
+    targets: Vec<Vec<f64>>,
+}
+
 /// One panel of the summary: a row per table, a dot per variant at its gain.
+#[allow(clippy::too_many_arguments)]
 fn summary_panel(
     area: &Area<'_>,
     p: &SummaryPanel<'_>,
     styles: &Styles,
-    (names_w, labels): (u32, &[Vec<String>]),
+    reading: &Reading<'_>,
+    rows: &PanelRows<'_>,
     target_lines: &[f64],
     axis: &Axis,
-    rule: &str,
+    desc: &str,
 ) -> ChartResult<()> {
     let (w, _) = area.dim_in_pixel();
     let n = p.tables.len();
-    let dots: Vec<Vec<(Style, Option<f64>, bool)>> = p
-        .tables
-        .iter()
-        .map(|t| {
-            t.rows[1..]
-                .iter()
-                .map(|row| (styles.of(&row.variant), gain(t, row), row.significant))
-                .collect()
-        })
-        .collect();
+    let names_w = rows.names_w;
+    let plot_w = w.saturating_sub(names_w + rows.value_w + 8).max(80);
     let log = axis.log;
-    // With one variant per table, its gain is written beside the plot.
-    let single = p.tables.iter().all(|t| t.rows.len() == 2);
-    let value_labels: Vec<String> = p
-        .tables
-        .iter()
-        .map(|t| {
-            if single {
-                gain(t, &t.rows[1])
-                    .map(|g| ratio_label(g, t.rows[1].significant))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
-        .collect();
-    let value_w = value_labels
-        .iter()
-        .map(|l| text_width(l, LABEL_PX))
-        .max()
-        .unwrap_or(0)
-        + 20;
-    let plot_w = w.saturating_sub(names_w + value_w + 8).max(80);
-    let desc = axis_desc(&format!("gain over the baseline: {rule} (x)"), "", log);
     let desc_px = [LABEL_PX, 14, 13, 12, 11]
         .into_iter()
-        .find(|s| text_width(&desc, *s) <= plot_w + names_w)
+        .find(|s| text_width(desc, *s) <= plot_w + names_w)
         .unwrap_or(11);
     let mut chart = ChartBuilder::on(area)
         .margin_top(2)
         .margin_bottom(8)
         .margin_left(4)
-        .margin_right(value_w)
+        .margin_right(rows.value_w)
         .x_label_area_size(X_AREA_H - 4)
         .y_label_area_size(names_w)
         .build_cartesian_2d(
@@ -1779,10 +2275,11 @@ fn summary_panel(
     let plot = chart.plotting_area().get_pixel_range();
     let (bx, _) = area.get_base_pixel();
     let (plot_left, plot_right) = (plot.0.start - bx, plot.0.end - bx);
-    for (i, (row_dots, lines)) in dots.iter().zip(labels).enumerate() {
+    for (i, t) in p.tables.iter().enumerate() {
         let y = (n - i) as f64 - 0.5;
         let (_, py) = pixel_in(&chart, area, (axis.pos(axis.lo), y));
         // The row's label, right-aligned against the plot, its lines centred on the row.
+        let lines = &rows.labels[i];
         let step = 18;
         let first = py - (lines.len() as i32 - 1) * step / 2;
         for (k, l) in lines.iter().enumerate() {
@@ -1795,11 +2292,44 @@ fn summary_panel(
                     .pos(Pos::new(HPos::Right, VPos::Center)),
             ))?;
         }
+        for g in &rows.targets[i] {
+            chart.draw_series(std::iter::once(DashedPathElement::new(
+                vec![(axis.pos(*g), y - 0.45), (axis.pos(*g), y + 0.45)],
+                5,
+                3,
+                TARGET.stroke_width(3),
+            )))?;
+        }
+        if let Some(g) = t.posted_gain.filter(|g| *g > 0.0 && g.is_finite()) {
+            draw_posted(area, pixel_in(&chart, area, (axis.pos(g), y)))?;
+        }
+        let base = reading.base(t);
         // Muted dots first, zonealloc's on top.
-        let mut order: Vec<&(Style, Option<f64>, bool)> = row_dots.iter().collect();
-        order.sort_by_key(|d| d.0.tier == Tier::Strong);
-        for (style, g, significant) in order {
-            let Some(g) = *g else { continue };
+        let mut order: Vec<&Row> = reading.others(t).collect();
+        order.sort_by_key(|row| styles.of(&row.variant).tier == Tier::Strong);
+        let mut failed_x = plot_left + 10;
+        for row in order {
+            let style = reading.style(styles, t, row);
+            if row.failed.is_some() {
+                // At the left end, named (the row's value column says it for a pair).
+                draw_failed(area, (failed_x, py), 6)?;
+                if !reading.pair(t) {
+                    let name = format!("{} failed", family(&row.variant));
+                    area.draw(&Text::new(
+                        name.clone(),
+                        (failed_x + 10, py),
+                        (FONT, 13)
+                            .into_font()
+                            .color(&FAILED)
+                            .pos(Pos::new(HPos::Left, VPos::Center)),
+                    ))?;
+                    failed_x += 24 + text_width(&name, 13) as i32;
+                }
+                continue;
+            }
+            let Some(g) = gain(t, base, row) else {
+                continue;
+            };
             if log && g <= 0.0 {
                 // Zero has no place on a log axis: its marker at the left end, "0"
                 // beside it.
@@ -1829,19 +2359,17 @@ fn summary_panel(
                 at,
                 style.marker_size(),
                 style.colour,
-                *significant,
+                differs(base, row) != Some(false),
             )?;
         }
-        if single {
-            area.draw(&Text::new(
-                value_labels[i].clone(),
-                (plot_right + 10, py),
-                (FONT, LABEL_PX)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(Pos::new(HPos::Left, VPos::Center)),
-            ))?;
-        }
+        area.draw(&Text::new(
+            rows.values[i].clone(),
+            (plot_right + 10, py),
+            (FONT, LABEL_PX)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Left, VPos::Center)),
+        ))?;
     }
     Ok(())
 }
@@ -1860,31 +2388,70 @@ fn thread_ticks(counts: &[u32], pixel: &dyn Fn(u32) -> f64, min_gap: f64) -> Vec
     out
 }
 
-/// Throughput against threads: zonealloc's series strong and heavy, the peers'
-/// muted and light, a limit grey and dashed; threads on a log2 axis when they span
-/// a factor of 8 or more; the legend beside the plot, zonealloc's entries first.
+/// A series' medians at each thread count, for its legend entry: "55.2 / 112 / 98.4".
+fn medians_text(x: &Series) -> String {
+    x.points
+        .iter()
+        .map(|p| compact(p.median, "", 3))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+/// The order of a scaling chart's legend: the series by their median at the most
+/// threads, highest first, as their lines end on the right of the plot.
+fn legend_order(series: &[Series]) -> Vec<usize> {
+    let last = |x: &Series| {
+        x.points
+            .iter()
+            .max_by_key(|p| p.threads)
+            .map_or(f64::NEG_INFINITY, |p| {
+                if p.median.is_finite() {
+                    p.median
+                } else {
+                    f64::NEG_INFINITY
+                }
+            })
+    };
+    let mut order: Vec<usize> = (0..series.len()).collect();
+    order.sort_by(|&a, &b| last(&series[b]).total_cmp(&last(&series[a])));
+    order
+}
+
+/// Throughput against threads, on a linear axis from 0 (the figures compare as
+/// they are; a series near 0 reads as near 0, its figures in the legend): zonealloc's
+/// series heavy, every series its own colour and marker, a limit grey and dashed.
+/// Each point is the median of the runs, its whisker their range, the series set a
+/// little apart at each thread count so that the whiskers do not hide each other.
+/// Threads on a log2 axis when they span a factor of 8 or more. The legend beside
+/// the plot, ordered as the lines end, with each series' medians.
 fn scaling_chart(path: &Path, s: &Scaling, styles: &Styles) -> ChartResult<()> {
-    let (w, h) = (1000u32, 600u32);
+    let (w, h) = (1200u32, 640u32);
     let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
     root.fill(&WHITE)?;
-    let root = titled(&root, &s.title, &[21, 19, 17, 15], 2)?;
-    let mut order: Vec<(usize, Style)> = s
+    let dashed = |x: &Series| x.baseline || styles.of(&x.name).tier == Tier::Baseline;
+    let baseline: Vec<&str> = s
         .series
         .iter()
-        .enumerate()
-        .map(|(k, x)| (k, styles.of(&x.name)))
+        .filter(|x| dashed(x))
+        .map(|x| x.name.as_str())
         .collect();
-    let legend_w = s
+    let title = format!(
+        "{}; higher is better. A point is the median of the runs, its whisker their \
+         range{}",
+        s.title,
+        match baseline[..] {
+            [] => String::new(),
+            [b] => format!("; dashed: {b}, the baseline"),
+            _ => format!("; dashed: {}, the baselines", baseline.join(", ")),
+        }
+    );
+    let root = titled(&root, &title, &[20, 18, 16, 15], 2)?;
+    let order = legend_order(&s.series);
+    let legend_text: Vec<String> = s
         .series
         .iter()
-        .map(|x| text_width(&x.name, LABEL_PX + 1))
-        .max()
-        .unwrap_or(0)
-        .clamp(100, 300)
-        + 54
-        + 16;
-    let (plot, legend) = root.split_horizontally(w - legend_w);
-
+        .map(|x| format!("{}: {}", x.name, medians_text(x)))
+        .collect();
     let mut counts: Vec<u32> = s
         .series
         .iter()
@@ -1892,6 +2459,27 @@ fn scaling_chart(path: &Path, s: &Scaling, styles: &Styles) -> ChartResult<()> {
         .collect();
     counts.sort_unstable();
     counts.dedup();
+    let legend_head = format!(
+        "medians at {} thread{} ({})",
+        counts
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(" / "),
+        if counts == [1] { "" } else { "s" },
+        s.y_label
+    );
+    let legend_w = legend_text
+        .iter()
+        .map(|t| text_width(t, LABEL_PX))
+        .chain(std::iter::once(text_width(&legend_head, LABEL_PX)))
+        .max()
+        .unwrap_or(0)
+        .clamp(160, 420)
+        + 54
+        + 16;
+    let (plot, legend) = root.split_horizontally(w - legend_w);
+
     let (tmin, tmax) = (
         counts.first().copied().unwrap_or(1).max(1),
         counts.last().copied().unwrap_or(1).max(1),
@@ -1905,20 +2493,37 @@ fn scaling_chart(path: &Path, s: &Scaling, styles: &Styles) -> ChartResult<()> {
         }
     };
     let (x_lo, x_hi) = if log_x {
-        (tx(tmin) - 0.3, tx(tmax) + 0.3)
+        (tx(tmin) - 0.4, tx(tmax) + 0.4)
     } else {
-        (f64::from(tmin) - 0.5, f64::from(tmax) + 0.5)
+        (f64::from(tmin) - 0.6, f64::from(tmax) + 0.6)
+    };
+    // The series side by side at a thread count: spread over a fifth of the gap
+    // between the two closest counts.
+    let gap = counts
+        .windows(2)
+        .map(|c| tx(c[1]) - tx(c[0]))
+        .fold(1.0, f64::min);
+    let n = s.series.len().max(1);
+    let dodge = |k: usize| {
+        if n == 1 {
+            0.0
+        } else {
+            (k as f64 / (n - 1) as f64 - 0.5) * gap * 0.2
+        }
     };
     let (pw, ph) = plot.dim_in_pixel();
     let x_px = |t: u32| (tx(t) - x_lo) / (x_hi - x_lo) * f64::from(pw.saturating_sub(120));
     let ticks = thread_ticks(&counts, &x_px, 36.0);
 
-    let all = || s.series.iter().flat_map(|x| x.points.iter());
-    let values: Vec<f64> = all().flat_map(|p| [p.min, p.median, p.max]).collect();
-    let log_y = spans_decades(all().map(|p| p.median), 1.0);
+    let values: Vec<f64> = s
+        .series
+        .iter()
+        .flat_map(|x| x.points.iter())
+        .flat_map(|p| [p.min, p.median, p.max])
+        .collect();
     // Vertical room: labels are one line high, so six always fit; the width check
     // uses the plot's height as its length.
-    let axis = Axis::fit(&values, log_y, "", ph.saturating_sub(120));
+    let axis = Axis::fit(&values, false, "", ph.saturating_sub(120));
     let y_label_w = axis
         .ticks
         .iter()
@@ -1926,11 +2531,6 @@ fn scaling_chart(path: &Path, s: &Scaling, styles: &Styles) -> ChartResult<()> {
         .max()
         .unwrap_or(30)
         + 44;
-    let y_desc = if log_y {
-        format!("{} (log scale)", s.y_label)
-    } else {
-        s.y_label.clone()
-    };
     let mut chart = ChartBuilder::on(&plot)
         .margin(16)
         .x_label_area_size(50)
@@ -1952,36 +2552,53 @@ fn scaling_chart(path: &Path, s: &Scaling, styles: &Styles) -> ChartResult<()> {
         })
         .y_label_formatter(&|y| si_label(axis.value_at(*y), ""))
         .x_desc("threads")
-        .y_desc(y_desc)
+        .y_desc(if s.y_label.contains("all threads") {
+            s.y_label.clone()
+        } else {
+            format!("{}, all threads", s.y_label)
+        })
         .label_style((FONT, LABEL_PX + 2))
         .axis_desc_style((FONT, LABEL_PX + 2))
         .draw()?;
-    // Peers first, zonealloc's last: drawn on top.
-    order.sort_by_key(|(_, st)| match st.tier {
-        Tier::Muted => 0,
-        Tier::Baseline => 1,
+    // The baseline and peers first, zonealloc's last: drawn on top.
+    let mut draw_order: Vec<(usize, Style)> = s
+        .series
+        .iter()
+        .enumerate()
+        .map(|(k, x)| (k, styles.of(&x.name)))
+        .collect();
+    draw_order.sort_by_key(|(_, st)| match st.tier {
+        Tier::Baseline => 0,
+        Tier::Muted => 1,
         Tier::Strong => 2,
     });
-    for &(k, style) in &order {
+    for &(k, style) in &draw_order {
         let series = &s.series[k];
+        let x_of = |p: &Point| tx(p.threads) + dodge(k);
         let pts: Vec<(f64, f64)> = series
             .points
             .iter()
             .filter(|p| p.median.is_finite())
-            .map(|p| (tx(p.threads), axis.pos(p.median)))
+            .map(|p| (x_of(p), axis.pos(p.median)))
             .collect();
-        let whisker = style.colour.mix(0.7).stroke_width(1);
         for p in &series.points {
             if p.min.is_finite() && p.max.is_finite() {
-                let x = tx(p.threads);
-                chart.draw_series(std::iter::once(PathElement::new(
-                    vec![(x, axis.pos(p.min)), (x, axis.pos(p.max))],
-                    whisker,
-                )))?;
+                let (a, b) = (
+                    pixel_in(&chart, &plot, (x_of(p), axis.pos(p.min))),
+                    pixel_in(&chart, &plot, (x_of(p), axis.pos(p.max))),
+                );
+                let whisker = style.colour.stroke_width(2);
+                for seg in [
+                    [a, b],
+                    [(a.0 - 4, a.1), (a.0 + 4, a.1)],
+                    [(b.0 - 4, b.1), (b.0 + 4, b.1)],
+                ] {
+                    plot.draw(&PathElement::new(seg, whisker))?;
+                }
             }
         }
         let line = style.colour.stroke_width(style.line_width());
-        if style.tier == Tier::Baseline {
+        if dashed(series) {
             chart.draw_series(std::iter::once(DashedPathElement::new(
                 pts.clone(),
                 10,
@@ -2003,22 +2620,20 @@ fn scaling_chart(path: &Path, s: &Scaling, styles: &Styles) -> ChartResult<()> {
             )?;
         }
     }
-    // Legend: zonealloc's entries first, then the limit, then the peers.
-    order.sort_by_key(|&(k, st)| {
-        (
-            match st.tier {
-                Tier::Strong => 0,
-                Tier::Baseline => 1,
-                Tier::Muted => 2,
-            },
-            k,
-        )
-    });
-    let step = ((h as usize - 80) / order.len().max(1)).clamp(18, 30) as i32;
-    for (i, &(k, style)) in order.iter().enumerate() {
-        let y = 30 + i as i32 * step;
+    legend.draw(&Text::new(
+        legend_head,
+        (6, 22),
+        (FONT, LABEL_PX)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Left, VPos::Center)),
+    ))?;
+    let step = ((h as usize - 110) / order.len().max(1)).clamp(18, 30) as i32;
+    for (i, &k) in order.iter().enumerate() {
+        let style = styles.of(&s.series[k].name);
+        let y = 54 + i as i32 * step;
         let line = style.colour.stroke_width(style.line_width());
-        if style.tier == Tier::Baseline {
+        if dashed(&s.series[k]) {
             legend.draw(&DashedPathElement::new([(6, y), (44, y)], 8, 5, line))?;
         } else {
             legend.draw(&PathElement::new([(6, y), (44, y)], line))?;
@@ -2032,9 +2647,9 @@ fn scaling_chart(path: &Path, s: &Scaling, styles: &Styles) -> ChartResult<()> {
             true,
         )?;
         legend.draw(&Text::new(
-            s.series[k].name.clone(),
+            legend_text[k].clone(),
             (54, y),
-            (FONT, LABEL_PX + 1)
+            (FONT, LABEL_PX)
                 .into_font()
                 .color(&BLACK)
                 .pos(Pos::new(HPos::Left, VPos::Center)),
@@ -2047,7 +2662,6 @@ fn scaling_chart(path: &Path, s: &Scaling, styles: &Styles) -> ChartResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::experiments::{Point, Series};
     use crate::harness::Metric;
 
     /// A text measure for the pure layout functions: 8 pixels a character.
@@ -2305,11 +2919,11 @@ mod tests {
             true,
             &[("before", &[30.0]), ("after", &[10.0])],
         );
-        assert_eq!(gain(&t, &t.rows[1]), Some(3.0));
+        assert_eq!(gain(&t, &t.rows[0], &t.rows[1]), Some(3.0));
         let t = table("b", "x: y", false, &[("before", &[2.0]), ("after", &[3.0])]);
-        assert_eq!(gain(&t, &t.rows[1]), Some(1.5));
+        assert_eq!(gain(&t, &t.rows[0], &t.rows[1]), Some(1.5));
         let t = table("c", "x: y", true, &[("before", &[0.0]), ("after", &[3.0])]);
-        assert_eq!(gain(&t, &t.rows[1]), Some(0.0));
+        assert_eq!(gain(&t, &t.rows[0], &t.rows[1]), Some(0.0));
         let change = Target::at_least(
             "sim: smallest change among fix_size (seed: +53.55 %)",
             28.0,
@@ -2323,6 +2937,126 @@ mod tests {
             target_gain(&Target::at_most("hot pair (median)", 70.0, 20.0, "ns")),
             None
         );
+    }
+
+    #[test]
+    fn a_failed_variant_is_never_the_best_and_a_zero_ratio_is_not_printed() {
+        // cma: alloc_contig_pages answers fast because it satisfies nothing.
+        let mut t = table(
+            "latency",
+            "µs per request",
+            true,
+            &[
+                ("cma_alloc", &[40.0, 41.0, 39.0, 42.0, 40.5]),
+                ("alloc_contig_pages", &[1.6, 1.5, 1.7, 1.6, 1.6]),
+            ],
+        );
+        assert_eq!(t.rows[1].verdict, "better");
+        t.mark_failed(1, "0 % of requests satisfied");
+        assert_eq!(t.rows[1].verdict, "failed");
+        assert!(!t.rows[1].significant);
+        assert_eq!(gain(&t, &t.rows[0], &t.rows[1]), None);
+        assert_eq!(
+            value_label(&t, 1, false),
+            "failed: 0 % of requests satisfied"
+        );
+        // A failed first row: the ratios are to the first row that did not fail.
+        let mut t = table(
+            "latency",
+            "ns per request",
+            true,
+            &[
+                ("none", &[10.0]),
+                ("caller", &[400.0]),
+                ("reclaim", &[100.0]),
+            ],
+        );
+        t.mark_failed(0, "every request failed");
+        assert_eq!(panel_baseline(&t), 1);
+        assert_eq!(value_label(&t, 1, false), "400 µs  baseline");
+        assert_eq!(value_label(&t, 2, false), "100 µs  0.25x");
+        // Resident memory of 0 after reporting: the figure, no "0x*".
+        let t = table(
+            "resident",
+            "resident MiB",
+            true,
+            &[
+                ("kept", &[1020.0, 1020.0, 1020.0, 1020.0, 1020.0]),
+                ("reported", &[0.0, 0.0, 0.0, 0.0, 0.0]),
+            ],
+        );
+        assert!(t.rows[1].significant);
+        assert_eq!(value_label(&t, 1, false), "0 µs");
+    }
+
+    #[test]
+    fn the_terminal_summary_has_one_line_per_target_and_strips_the_p_value() {
+        let before = crate::harness::Samples {
+            variant: "a".into(),
+            values: vec![10.0, 11.0, 12.0, 10.5, 11.5],
+        };
+        let after = crate::harness::Samples {
+            variant: "b".into(),
+            values: vec![20.0, 21.0, 22.0, 23.0, 24.0],
+        };
+        let mut r = experiment("page_frag", Vec::new());
+        r.targets.push(
+            Target::at_least("change of median fragments/s (seed: +7 %)", 9.1, 7.0, "%")
+                .and_significant(&before, &after),
+        );
+        r.targets
+            .push(Target::at_most("hot pair (median)", 16.94, 20.0, "ns"));
+        r.targets.push(Target::at_least(
+            "speed-up over the loop (ratio of medians; seed 5.6x)",
+            400.0,
+            5.6,
+            "x",
+        ));
+        r.targets.push(Target::at_most(
+            "first in hot pair: its median / the best peer's (fa Depot)",
+            0.8,
+            1.0,
+            "x",
+        ));
+        let text = format_summary(&[r]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 6, "{text}");
+        assert!(lines[2].contains("PASS") && lines[2].contains("9.1 % (p=0.008)"));
+        assert!(lines[2].contains("≥ 7 %, p < 0.05"), "{}", lines[2]);
+        assert!(!lines[2].contains("significant at"), "{}", lines[2]);
+        assert!(lines[3].contains("16.94 ns") && lines[3].contains("≤ 20 ns"));
+        // What the other columns say is not repeated; a peer's name is kept.
+        assert!(lines[2].contains("fragments/s ") && !lines[2].contains("seed"));
+        assert!(lines[3].contains("hot pair ") && !lines[3].contains("(median)"));
+        assert!(!lines[4].contains("seed") && lines[4].contains("5.6x"));
+        assert!(lines[5].contains("(fa Depot)"));
+        let r = experiment("replay", Vec::new());
+        assert!(progress_line(12, 12, &r).contains("no figures"));
+    }
+
+    #[test]
+    fn a_scaling_legend_follows_the_lines_ends() {
+        let s = |name: &str, last: f64| Series {
+            name: name.into(),
+            baseline: false,
+            points: vec![
+                Point {
+                    threads: 1,
+                    median: 1.0,
+                    min: 1.0,
+                    max: 1.0,
+                },
+                Point {
+                    threads: 4,
+                    median: last,
+                    min: last,
+                    max: last,
+                },
+            ],
+        };
+        let series = [s("a", 5.0), s("b", 50.0), s("c", f64::NAN), s("d", 20.0)];
+        assert_eq!(legend_order(&series), [1, 3, 0, 2]);
+        assert_eq!(medians_text(&series[1]), "1 / 50");
     }
 
     #[test]
@@ -2394,6 +3128,7 @@ mod tests {
             targets: Vec::new(),
             notes: Vec::new(),
             scaling: None,
+            summary_reference: None,
             elapsed_s: 0.0,
             charts: Vec::new(),
         }
@@ -2448,6 +3183,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let series = |name: &str, base: f64| Series {
             name: name.into(),
+            baseline: name.starts_with("limit"),
             points: [1u32, 2, 4, 64]
                 .iter()
                 .map(|&t| Point {
@@ -2470,7 +3206,7 @@ mod tests {
             ],
         });
         let files = write_charts(&dir, &r).unwrap();
-        assert_eq!(png_size(&files[0]), (1000, 600));
+        assert_eq!(png_size(&files[0]), (1200, 640));
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -2481,6 +3217,7 @@ mod tests {
         let arr = |v: &serde_json::Value| v.as_array().cloned().unwrap_or_default();
         let mut r = experiment(&s(&v["name"]), Vec::new());
         r.description = s(&v["description"]);
+        r.summary_reference = v["summary_reference"].as_str().map(str::to_owned);
         for t in arr(&v["tables"]) {
             r.tables.push(Table {
                 id: s(&t["id"]),
@@ -2489,6 +3226,7 @@ mod tests {
                     name: s(&t["metric"]["name"]),
                     unit: s(&t["metric"]["unit"]),
                     lower_is_better: t["metric"]["lower_is_better"].as_bool().unwrap_or(true),
+                    better: t["metric"]["better"].as_str().map(str::to_owned),
                 },
                 rows: arr(&t["rows"])
                     .iter()
@@ -2502,8 +3240,12 @@ mod tests {
                         p_value: w["p_value"].as_f64(),
                         significant: w["significant"].as_bool().unwrap_or(false),
                         verdict: s(&w["verdict"]),
+                        failed: w["failed"].as_str().map(str::to_owned),
                     })
                     .collect(),
+                label: t["label"].as_str().map(str::to_owned),
+                group: t["group"].as_str().map(str::to_owned),
+                posted_gain: t["posted_gain"].as_f64(),
             });
         }
         for t in arr(&v["targets"]) {
@@ -2514,6 +3256,8 @@ mod tests {
                 threshold: f(&t["threshold"]),
                 at_most: t["at_most"].as_bool().unwrap_or(false),
                 pass: t["pass"].as_bool().unwrap_or(false),
+                p_value: t["p_value"].as_f64(),
+                table: t["table"].as_str().map(str::to_owned),
             });
         }
         if v["scaling"].is_object() {
@@ -2525,6 +3269,7 @@ mod tests {
                     .iter()
                     .map(|x| Series {
                         name: s(&x["name"]),
+                        baseline: x["baseline"].as_bool().unwrap_or(false),
                         points: arr(&x["points"])
                             .iter()
                             .map(|p| Point {

@@ -83,6 +83,11 @@ pub struct ExperimentResult {
     pub notes: Vec<String>,
     /// Thread-scaling series, charted separately.
     pub scaling: Option<Scaling>,
+    /// The variant (by name, up to any " (...)") a summary chart compares every other
+    /// row of a table with, where that is not each table's first row: `peers` sets
+    /// zonealloc, so that its chart reads as each peer against zonealloc.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary_reference: Option<String>,
     /// Wall time of the experiment, seconds.
     pub elapsed_s: f64,
     /// Chart files written for this experiment (filled in by `report`).
@@ -100,6 +105,7 @@ impl ExperimentResult {
             targets: Vec::new(),
             notes: Vec::new(),
             scaling: None,
+            summary_reference: None,
             elapsed_s: 0.0,
             charts: Vec::new(),
         }
@@ -138,7 +144,19 @@ pub struct Target {
     pub at_most: bool,
     /// Whether the measurement meets the bound.
     pub pass: bool,
+    /// The two-sided Mann–Whitney p-value, where the target also requires the
+    /// difference to be significant (`and_significant`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p_value: Option<f64>,
+    /// The id of the table the target reads on, for the charts: in that table's
+    /// panel where the units agree (a bound in ns on a table in ns), and, for a
+    /// ratio ("x"), as a mark at that ratio on the table's row of a summary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
 }
+
+/// What `Target::and_significant` appends to `what`, up to the p-value.
+pub const SIGNIFICANT_SUFFIX: &str = "; significant at p < ";
 
 impl Target {
     /// Checks `measured <= threshold`.
@@ -150,6 +168,8 @@ impl Target {
             threshold,
             at_most: true,
             pass: measured <= threshold,
+            p_value: None,
+            table: None,
         }
     }
 
@@ -162,20 +182,40 @@ impl Target {
             threshold,
             at_most: false,
             pass: measured >= threshold,
+            p_value: None,
+            table: None,
         }
     }
 
     /// Also requires the difference between `before` and `after` to be
     /// significant (two-sided Mann–Whitney, p below the harness's α), as a seed's
     /// reported improvement is: a median past the bound by chance is no pass.
-    /// `what` gains the p-value.
+    /// `what` gains the p-value (after `SIGNIFICANT_SUFFIX`), and `p_value` holds it.
     pub fn and_significant(mut self, before: &Samples, after: &Samples) -> Target {
         let p = mann_whitney_p(&after.values, &before.values);
         let p_text = seed_util::p_text(p);
         self.what
-            .push_str(&format!("; significant at p < {ALPHA} ({p_text})"));
+            .push_str(&format!("{SIGNIFICANT_SUFFIX}{ALPHA} ({p_text})"));
         self.pass &= p < ALPHA;
+        self.p_value = Some(p);
         self
+    }
+
+    /// The same target, read on table `id` by the charts.
+    pub fn on_table(mut self, id: &str) -> Target {
+        self.table = Some(id.to_owned());
+        self
+    }
+
+    /// `what` without the significance clause `and_significant` added.
+    pub fn what_alone(&self) -> &str {
+        match self.p_value {
+            Some(_) => self
+                .what
+                .split_once(SIGNIFICANT_SUFFIX)
+                .map_or(self.what.as_str(), |(w, _)| w),
+            None => &self.what,
+        }
     }
 }
 
@@ -195,6 +235,9 @@ pub struct Scaling {
 pub struct Series {
     /// Variant name (legend).
     pub name: String,
+    /// Whether the others are compared with this one (drawn dashed, named as the
+    /// baseline).
+    pub baseline: bool,
     /// One point per thread count.
     pub points: Vec<Point>,
 }
@@ -243,6 +286,8 @@ mod tests {
         let t = Target::at_least("x", 10.0, 7.0, "%").and_significant(&before, &mixed);
         assert!(!t.pass, "{t:?}");
         assert!(t.what.contains("p="), "{}", t.what);
+        assert_eq!(t.what_alone(), "x");
+        assert!(t.p_value.is_some_and(|p| p >= ALPHA));
         // Every round of `after` above every round of `before`: a pass.
         let apart = samples(&[20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0]);
         let t = Target::at_least("x", 10.0, 7.0, "%").and_significant(&before, &apart);

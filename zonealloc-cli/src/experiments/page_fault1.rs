@@ -429,7 +429,7 @@ fn verdict(res: &mut ExperimentResult, m: &Measured, threads: usize, full_load: 
 fn scaling(m: &Measured) -> Scaling {
     Scaling {
         title: "page_fault1: pages faulted in per second against threads".into(),
-        y_label: "M pages/s, all threads".into(),
+        y_label: "M pages/s".into(),
         series: SETUPS
             .iter()
             .flat_map(|&setup| [(setup, false), (setup, true)])
@@ -439,6 +439,7 @@ fn scaling(m: &Measured) -> Scaling {
                     setup.short(),
                     if prefetch { "on" } else { "off" }
                 ),
+                baseline: !prefetch,
                 points: m
                     .threads
                     .iter()

@@ -137,13 +137,17 @@ fn hot_pair(ctx: &mut Ctx, res: &mut ExperimentResult) {
         "hot pair: ns per order-0 alloc_pages+free_pages pair, 1 thread, 1 GiB zone",
         Metric::lower("ns per order-0 alloc+free pair", "ns"),
         &[("PCP off", &s[0]), ("PCP on", &s[1])],
+    )
+    .labelled("hot order-0 pair, 1 thread: PCP on vs off");
+    res.targets.push(
+        Target::at_most(
+            "hot order-0 pair, PCP on, 1 thread (median)",
+            s[1].median(),
+            HOT_PAIR_TARGET_NS,
+            "ns",
+        )
+        .on_table("hot-pair"),
     );
-    res.targets.push(Target::at_most(
-        "hot order-0 pair, PCP on, 1 thread (median)",
-        s[1].median(),
-        HOT_PAIR_TARGET_NS,
-        "ns",
-    ));
     res.tables.push(table);
 }
 
@@ -254,15 +258,21 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
     let by = |on: bool, t: usize| ids.get((on, t)).of(&s);
     let metric = || Metric::higher("alloc+free calls per second, all threads", "M ops/s");
     for &t in &threads {
-        res.tables.push(Table::new(
-            &format!("throughput-{t}t"),
-            &format!(
-                "throughput, {t} thread{}, window of {WINDOW} pages each: M alloc+free calls/s",
+        res.tables.push(
+            Table::new(
+                &format!("throughput-{t}t"),
+                &format!(
+                    "throughput, {t} thread{}, window of {WINDOW} pages each: M alloc+free calls/s",
+                    plural(t)
+                ),
+                metric(),
+                &[("PCP off", by(false, t)), ("PCP on", by(true, t))],
+            )
+            .labelled(format!(
+                "throughput, {t} thread{}: PCP on vs off",
                 plural(t)
-            ),
-            metric(),
-            &[("PCP off", by(false, t)), ("PCP on", by(true, t))],
-        ));
+            )),
+        );
     }
     for on in [true, false] {
         let rows: Vec<(String, &Samples)> = threads
@@ -270,36 +280,57 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             .map(|&t| (format!("{t} thread{}", plural(t)), by(on, t)))
             .collect();
         let rows: Vec<(&str, &Samples)> = rows.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-        res.tables.push(Table::new(
-            &format!("scaling-pcp-{}", if on { "on" } else { "off" }),
-            &format!(
-                "thread scaling, PCP {}: throughput against 1 thread",
-                if on { "on" } else { "off" }
-            ),
-            metric(),
-            &rows,
-        ));
+        res.tables.push(
+            Table::new(
+                &format!("scaling-pcp-{}", if on { "on" } else { "off" }),
+                &format!(
+                    "thread scaling, PCP {}: throughput against 1 thread",
+                    if on { "on" } else { "off" }
+                ),
+                metric(),
+                &rows,
+            )
+            .labelled(format!(
+                "PCP {}: {} vs 1 thread",
+                if on { "on" } else { "off" },
+                threads
+                    .iter()
+                    .filter(|&&t| t > 1)
+                    .map(|t| format!("{t} threads"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        );
     }
     let (c1, c2) = (ceiling[0].of(&s), ceiling[1].of(&s));
-    res.tables.push(Table::new(
-        "machine-ceiling",
-        "machine ceiling, same rounds: a shared-nothing register loop (no allocator), \
+    res.tables.push(
+        Table::new(
+            "machine-ceiling",
+            "machine ceiling, same rounds: a shared-nothing register loop (no allocator), \
          2 threads against 1 (M iterations/s)",
-        Metric::higher("loop iterations per second, all threads", "M it/s"),
-        &[("1 thread", c1), ("2 threads", c2)],
-    ));
+            Metric::higher("loop iterations per second, all threads", "M it/s"),
+            &[("1 thread", c1), ("2 threads", c2)],
+        )
+        .labelled(
+            "no allocator, a register loop: 2 threads vs 1 (the most 2 threads can \
+         gain on this machine, in the same rounds)",
+        ),
+    );
     res.notes.push(format!(
         "in the same rounds a shared-nothing loop ran {:.2}x faster on 2 threads than on 1: \
          the most any 2-thread figure could scale on this machine during this run",
         c2.median() / c1.median()
     ));
     let ratio = by(true, 2).median() / by(true, 1).median();
-    res.targets.push(Target::at_least(
-        "PCP on: 2-thread / 1-thread throughput (ratio of medians)",
-        ratio,
-        TWO_THREAD_SCALING_TARGET,
-        "x",
-    ));
+    res.targets.push(
+        Target::at_least(
+            "PCP on: 2-thread / 1-thread throughput (ratio of medians)",
+            ratio,
+            TWO_THREAD_SCALING_TARGET,
+            "x",
+        )
+        .on_table("scaling-pcp-on"),
+    );
     res.scaling = Some(Scaling {
         title: "pcp: alloc+free throughput against threads (window of 64 pages)".into(),
         y_label: "M alloc+free calls/s".into(),
@@ -307,6 +338,7 @@ fn throughput(ctx: &mut Ctx, res: &mut ExperimentResult) {
             .iter()
             .map(|&on| Series {
                 name: format!("PCP {}", if on { "on" } else { "off" }),
+                baseline: !on,
                 points: threads.iter().map(|&t| Point::of(t, by(on, t))).collect(),
             })
             .collect(),
@@ -472,16 +504,22 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
         }
         for &t in &FLUSH_THREADS {
             let (off, on) = (ids.get((t, false)).of(&s), ids.get((t, true)).of(&s));
-            res.tables.push(Table::new(
-                &format!("flush-{state}-{t}t"),
-                &format!(
-                    "flush path, {state} 16 GiB zone, {t} thread{}: bursts of {burst} pages \
+            res.tables.push(
+                Table::new(
+                    &format!("flush-{state}-{t}t"),
+                    &format!(
+                        "flush path, {state} 16 GiB zone, {t} thread{}: bursts of {burst} pages \
                      allocated then freed, M alloc+free calls/s",
+                        plural(t)
+                    ),
+                    Metric::higher("alloc+free calls per second, all threads", "M ops/s"),
+                    &[("prefetch_buddy off", off), ("prefetch_buddy on", on)],
+                )
+                .labelled(format!(
+                    "flush of bursts, {state} 16 GiB zone, {t} thread{}: prefetch_buddy on vs off",
                     plural(t)
-                ),
-                Metric::higher("alloc+free calls per second, all threads", "M ops/s"),
-                &[("prefetch_buddy off", off), ("prefetch_buddy on", on)],
-            ));
+                )),
+            );
         }
     }
 }

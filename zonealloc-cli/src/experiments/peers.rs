@@ -236,6 +236,8 @@ impl Experiment for Peers {
 
     fn run(&self, ctx: &mut Ctx) -> ExperimentResult {
         let mut res = ExperimentResult::new(self);
+        // The summary chart reads as every allocator against zonealloc's alloc_pages.
+        res.summary_reference = Some(Id::Zonealloc.name().to_owned());
         let ids = chosen(&ctx.peers);
         res.param("arena (every peer)", format!("{} MiB", ARENA_BYTES >> 20));
         for &id in &ids {
@@ -718,12 +720,8 @@ fn compare_peers<W: Workload>(
     let s = ctx.compare(c.what, &mut variants);
     drop(variants);
     let median = |id: Id| ids.get(id).of(&s).median();
-    res.targets.push(Target::at_most(
-        c.target,
-        median(Id::Zonealloc),
-        c.bound_ns,
-        "ns",
-    ));
+    res.targets
+        .push(Target::at_most(c.target, median(Id::Zonealloc), c.bound_ns, "ns").on_table(c.id));
     let (best, best_id) = best_peer(chosen, median, f64::min);
     // `--peers mmap` alone leaves no allocator to lead.
     if !best.is_nan() {
@@ -900,15 +898,18 @@ fn single_threaded(ctx: &mut Ctx, res: &mut ExperimentResult, ids: &[Id]) {
             (id.name().to_owned(), bad as f64)
         })
         .collect();
-    res.tables.push(single_table(
-        "misaligned",
-        &format!(
-            "misaligned blocks in one untimed mixed pass of {mixed_ops} calls (mmap 1/20): \
+    res.tables.push(
+        single_table(
+            "misaligned",
+            &format!(
+                "misaligned blocks in one untimed mixed pass of {mixed_ops} calls (mmap 1/20): \
              address not a multiple of the block size (ratio not meaningful: the limit is 0)"
-        ),
-        Metric::lower("blocks not naturally aligned", "blocks"),
-        &rows,
-    ));
+            ),
+            Metric::lower("blocks not naturally aligned", "blocks"),
+            &rows,
+        )
+        .labelled("misaligned blocks in a mixed pass"),
+    );
 }
 
 /// A table of single measurements (deterministic figures), the first row the baseline.
@@ -935,8 +936,12 @@ pub(super) fn single_table(id: &str, title: &str, metric: Metric, rows: &[(Strin
                 } else {
                     "single measurement".into()
                 },
+                failed: None,
             })
             .collect(),
+        label: None,
+        group: None,
+        posted_gain: None,
     }
 }
 
@@ -1135,6 +1140,7 @@ fn threads(ctx: &mut Ctx, res: &mut ExperimentResult, chosen: &[Id]) {
             .iter()
             .map(|&id| Series {
                 name: id.threaded_name().into(),
+                baseline: id == Id::Limit,
                 points: threads.iter().map(|&t| Point::of(t, find(id, t))).collect(),
             })
             .collect(),
@@ -1208,27 +1214,41 @@ fn capacity(ctx: &mut Ctx, res: &mut ExperimentResult, chosen: &[Id]) {
         drop(za);
         rows.insert(2, ("zonealloc, min_free_kbytes=0".to_owned(), no_reserve));
         let default = rows[1].1;
-        res.targets.push(Target::at_least(
-            &format!("zonealloc: arena handed out at order {order}, default Config"),
-            default,
-            100.0,
-            "%",
-        ));
-        res.targets.push(Target::at_least(
-            &format!("zonealloc: arena handed out at order {order}, min_free_kbytes=0"),
-            no_reserve,
-            100.0,
-            "%",
-        ));
-        res.tables.push(single_table(
-            &format!("capacity-order{order}"),
+        let id = format!("capacity-order{order}");
+        res.targets.push(
+            Target::at_least(
+                &format!("zonealloc: arena handed out at order {order}, default Config"),
+                default,
+                100.0,
+                "%",
+            )
+            .on_table(&id),
+        );
+        res.targets.push(
+            Target::at_least(
+                &format!("zonealloc: arena handed out at order {order}, min_free_kbytes=0"),
+                no_reserve,
+                100.0,
+                "%",
+            )
+            .on_table(&id),
+        );
+        let mut table = single_table(
+            &id,
             &format!(
                 "capacity at order {order}: % of the 256 MiB arena handed out as order-{order} \
                  blocks before the first failure (fresh instance)"
             ),
             Metric::higher(&format!("% of the arena at order {order}"), "%"),
             &rows,
-        ));
+        );
+        // A peer whose first request failed handed out nothing: no capacity, failed.
+        for (i, (_, pct)) in rows.iter().enumerate() {
+            if *pct == 0.0 {
+                table.mark_failed(i, format!("its first order-{order} request failed"));
+            }
+        }
+        res.tables.push(table);
     }
     res.notes.push(
         "capacity: jemalloc and mmap are not bounded by an arena (they take memory from the \

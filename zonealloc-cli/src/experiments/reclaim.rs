@@ -180,18 +180,30 @@ impl Experiment for Reclaim {
             Metric::lower("% of requests failed", "%"),
             &fs,
         ));
-        res.tables.push(table(
-            "latency",
-            "ns per GFP_KERNEL request, failures included",
-            Metric::lower("ns per request", "ns"),
-            &s,
-        ));
-        res.tables.push(table(
-            "p99",
-            "99th percentile of a request's latency, ns",
-            Metric::lower("p99 ns", "ns"),
-            &ps,
-        ));
+        // A way that failed every request has a latency, but no result: its rows
+        // in the time tables are marked failed.
+        let mut timed = [
+            table(
+                "latency",
+                "ns per GFP_KERNEL request, failures included",
+                Metric::lower("ns per request", "ns"),
+                &s,
+            ),
+            table(
+                "p99",
+                "99th percentile of a request's latency, ns",
+                Metric::lower("p99 ns", "ns"),
+                &ps,
+            ),
+        ];
+        for (i, f) in fs.iter().enumerate() {
+            if median(&f.values) >= 100.0 {
+                for t in &mut timed {
+                    t.mark_failed(i, "every request failed");
+                }
+            }
+        }
+        res.tables.extend(timed);
         res.notes.push(format!(
             "failed: {:.2}% with no reclaim, {:.2}% with the caller freeing on failure, {:.2}% \
              with direct reclaim, {:.2}% with kswapd (medians of the measured rounds)",

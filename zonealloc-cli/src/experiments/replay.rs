@@ -565,7 +565,11 @@ fn pcp_figures(res: &mut ExperimentResult, prep: &Prepared, runs: &[PcpTotals], 
         "pcp-refill",
         "per-CPU refills: blocks taken from the buddy lists to refill per-CPU lists (kernel: \
          mm_page_alloc_zone_locked with percpu_refill=1; zonealloc: pcp_stats().refill_blocks)",
-        Metric::lower("blocks moved buddy -> per-CPU lists", "blocks"),
+        Metric::nearest(
+            "blocks moved buddy -> per-CPU lists",
+            "blocks",
+            "nearest the kernel's is better",
+        ),
         &[
             (
                 "kernel (trace)".to_owned(),
@@ -580,7 +584,11 @@ fn pcp_figures(res: &mut ExperimentResult, prep: &Prepared, runs: &[PcpTotals], 
         "per-CPU drains: blocks flushed from per-CPU lists to the buddy lists (kernel: \
          mm_page_pcpu_drain; zonealloc: pcp_stats().drain_blocks; ratio not meaningful when \
          the kernel's count is 0)",
-        Metric::lower("blocks moved per-CPU lists -> buddy", "blocks"),
+        Metric::nearest(
+            "blocks moved per-CPU lists -> buddy",
+            "blocks",
+            "nearest the kernel's is better",
+        ),
         &[
             ("kernel (trace)".to_owned(), prep.kernel_drain_blocks as f64),
             ("zonealloc".to_owned(), last.drain_blocks as f64),

@@ -151,6 +151,24 @@ impl Case {
         format!("{}: p:{p}, h:{}, l:{l} (usec)", self.name(), h as u8)
     }
 
+    /// The case in words, for a chart's row (the label keeps test_vmalloc's name).
+    fn words(self) -> String {
+        match self {
+            Case::FixAlign => "5 pages aligned to 32 KiB, zeroed".to_owned(),
+            Case::FixSize { p, huge } => format!(
+                "{p} page{}{}",
+                if p == 1 { "" } else { "s" },
+                if huge { ", vmalloc_huge" } else { "" }
+            ),
+            Case::FullFit => "1 page into exact-fit holes".to_owned(),
+            Case::LongBusyList => "100 + 1 pages beside 15,000 live areas".to_owned(),
+            Case::PcpuAlloc => "per-CPU chunks of 2 MiB (stand-in)".to_owned(),
+            Case::RandomSizeAlign => "1–10 pages, random alignment, zeroed".to_owned(),
+            Case::RandomSize => "1–100 pages, random".to_owned(),
+            Case::VmMapRam => "vm_map_ram of a page (control: frees nothing)".to_owned(),
+        }
+    }
+
     fn id(self) -> String {
         let (p, h) = self.p_h();
         let short = self.name().split(' ').next().unwrap_or("case");
@@ -357,9 +375,10 @@ fn run_cases<B: Backend>(
     env: &Env,
 ) -> Vec<Row> {
     let mut rows = Vec::new();
-    for (case, _, _) in SEED_TABLE {
+    for (case, seed_pct, _) in SEED_TABLE {
         let l = (case.seed_loops() / env.div).max(1);
         let label = case.label(l);
+        let (p, h) = case.p_h();
         let mut variants: Vec<Variant<'_>> = spaces
             .iter()
             .zip(MODES)
@@ -372,10 +391,21 @@ fn run_cases<B: Backend>(
         drop(variants);
         let table = Table::new(
             &format!("{mode}-{}", case.id()),
-            &format!("{mode}: {label}"),
+            &format!(
+                "{mode}: {} (test_vmalloc {}, p:{p}, h:{}, l:{l}): µs per test call",
+                case.words(),
+                case.name().split(' ').next().unwrap_or_default(),
+                h as u8
+            ),
             Metric::lower("µs per test call", "µs"),
             &[(MODES[0].1, &s[0]), (MODES[1].1, &s[1])],
-        );
+        )
+        .labelled(case.words())
+        .posted(1.0 + seed_pct / 100.0)
+        .grouped(match mode {
+            "sim" => "abstract frames, nothing mapped: the allocator alone (sim)",
+            _ => "a memfd arena, every area really mapped (mapped)",
+        });
         let significant = table.rows[1].significant;
         res.tables.push(table);
         rows.push(summary_row(case, label, &s[0], &s[1], significant));
