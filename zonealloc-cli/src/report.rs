@@ -1973,7 +1973,14 @@ fn summary_chart(
         }
     }
     variants.sort_by_key(|v| styles.of(v).tier != Tier::Strong);
-    keys.extend(variants.iter().map(|v| Key::Dot(styles.of(v), v.clone())));
+    keys.extend(variants.iter().map(|v| {
+        let text = if v.starts_with("limit") {
+            format!("{v}: no allocator, a bare Vec")
+        } else {
+            v.clone()
+        };
+        Key::Dot(styles.of(v), text)
+    }));
     keys.push(Key::Hollow(format!(
         "hollow: not significant (p ≥ {ALPHA})"
     )));
