@@ -467,6 +467,11 @@ impl TraceReader {
         &self.stats
     }
 
+    /// The options the reader was opened with (the CPU count as set since).
+    pub fn options(&self) -> ReadOptions {
+        self.opts
+    }
+
     /// Sets the CPU count of the traced machine (after the reader was opened, when
     /// it is learnt from the first records): later events on other CPUs are skipped.
     pub fn set_nr_cpus(&mut self, nr_cpus: usize) {

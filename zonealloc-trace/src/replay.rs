@@ -543,6 +543,10 @@ pub struct Replayer {
     start_report: Option<StartReport>,
     /// zonealloc's state right after the warm start.
     start_shape: Option<Shape>,
+    /// Per zone, the frames whose pageblocks the kernel counts (from its start to
+    /// its missing frames, less what is not initialised): empty but for a warm
+    /// start from the layout.
+    counted: Vec<(zonealloc::ZoneType, u64, u64)>,
 }
 
 /// Linux's `sysctl_stat_interval`: the vmstat worker runs once a second on each
@@ -600,6 +604,7 @@ impl Replayer {
             fallback_baseline: (0, 0),
             start_report: None,
             start_shape: None,
+            counted: Vec::new(),
         };
         if sample_every > 0 {
             r.sample();
@@ -681,7 +686,7 @@ impl Replayer {
     fn sample_shape(&mut self) {
         let t = self.shape_times.get(self.next_shape).copied().unwrap_or(0);
         self.next_shape += 1;
-        let mut s = shape_of(&self.za);
+        let mut s = self.shape_now();
         s.time_ns = t;
         let za = self.zonealloc_fallbacks();
         let k = Fallbacks {
@@ -690,6 +695,44 @@ impl Replayer {
             fragmenting: Some(self.kernel.extfrag_fragmenting),
         };
         self.shape_samples.push((s, za, k));
+    }
+
+    /// zonealloc's free memory now; with a warm start from the layout, its
+    /// pageblocks counted the kernel's way (see `kernel_block_counts`).
+    fn shape_now(&self) -> Shape {
+        let mut s = shape_of(&self.za);
+        for (zt, counts) in self.kernel_block_counts() {
+            if let Some(z) = s.zones.iter_mut().find(|z| z.zone == zt) {
+                z.blocks = counts;
+            }
+        }
+        s
+    }
+
+    /// Pageblocks per type counted as Linux's pagetypeinfo counts them: from the
+    /// zone's first frame (not the first pageblock boundary) a pageblock at a time,
+    /// each present and initialised one, reserved frames and all (zonealloc's own
+    /// counters leave out pageblocks that begin in a hole).
+    fn kernel_block_counts(&self) -> Vec<(zonealloc::ZoneType, [u64; 4])> {
+        let pb = self.za.config().pageblock_order.nr_pages();
+        self.counted
+            .iter()
+            .map(|&(zt, start, end)| {
+                let mut c = [0u64; 4];
+                let mut p = start;
+                while p < end {
+                    let offline = self.uninit.iter().any(|&(s, n)| p >= s && p < s + n);
+                    if !offline {
+                        if let Some(t) = self.za.pageblock_migratetype(Pfn(p)).and_then(type_index)
+                        {
+                            c[t] += 1;
+                        }
+                    }
+                    p += pb;
+                }
+                (zt, c)
+            })
+            .collect()
     }
 
     /// zonealloc's fallbacks and claims since the first record.
@@ -1035,7 +1078,24 @@ impl Replayer {
             ev.iter().map(|e| e.pageblocks_claimed).sum(),
         );
         self.counts.warm_pcp_pages = self.za.nr_pcp_pages();
-        let mut s = shape_of(&self.za);
+        self.counted = plan
+            .zones
+            .iter()
+            .map(|z| {
+                let end = z
+                    .holes
+                    .last()
+                    .map_or(z.spec.start_pfn + z.spec.spanned, |h| {
+                        if h.0 + h.1 == z.spec.start_pfn + z.spec.spanned {
+                            h.0
+                        } else {
+                            z.spec.start_pfn + z.spec.spanned
+                        }
+                    });
+                (z.spec.zone_type, z.spec.start_pfn, end)
+            })
+            .collect();
+        let mut s = self.shape_now();
         s.time_ns = plan.start_ns;
         self.start_shape = Some(s);
         self.pretrace_pool = false;
@@ -1545,13 +1605,9 @@ impl Replayer {
                 kernel_extfrag: self.kernel.extfrag,
                 kernel_extfrag_fragmenting: self.kernel.extfrag_fragmenting,
                 kernel_extfrag_change_ownership: self.kernel.extfrag_change_ownership,
-                zonealloc_extfrag: Some(self.za.zone_events().iter().map(|e| e.fallbacks).sum()),
-                zonealloc_claimed: self
-                    .za
-                    .zone_events()
-                    .iter()
-                    .map(|e| e.pageblocks_claimed)
-                    .sum(),
+                // Since the first record (a warm start from the layout claims).
+                zonealloc_extfrag: Some(self.zonealloc_fallbacks().total),
+                zonealloc_claimed: self.zonealloc_fallbacks().claimed,
                 pageblock_types: pageblocks,
             },
             end,
@@ -2326,8 +2382,9 @@ impl fmt::Display for ReplayReport {
             )?;
             writeln!(
                 f,
-                "  per-CPU list pages the trace told and put on the lists: {:?} (zoneinfo counted {:?})",
-                st.pcp_pages, st.pcp_count
+                "  per-CPU list pages put on the lists: {:?}, zoneinfo counted {:?}; on the lists after the warm \
+                 start: {:?}; high, zonealloc's and zoneinfo's: {:?}",
+                st.pcp_pages, st.pcp_count, st.pcp_after, st.pcp_high
             )?;
             writeln!(
                 f,
@@ -2486,14 +2543,38 @@ fn run_from_layout(
 ) -> Result<(ReplayReport, Replayer), ReplayError> {
     let limit = opts.max_events.unwrap_or(u64::MAX);
     let chunk = opts.chunk_events.max(1);
+    // A first pass over the whole trace tells the start (`start::Observer`): a
+    // per-CPU list page can first be used late in it.
     reader.read_chunk(&mut buf, (first as u64).min(limit) as usize)?;
     let nr_cpus = opts
         .nr_cpus
         .or(opts.layout.nr_cpus)
         .unwrap_or_else(|| buf.iter().map(|r| r.cpu as usize + 1).max().unwrap_or(1));
     reader.set_nr_cpus(nr_cpus);
-    let plan = StartPlan::infer(&opts.layout, &files.page, &files.at_start, &buf, nr_cpus)
-        .map_err(|e| ReplayError::Options(format!("warm start from the layout: {e}")))?;
+    let start_err = |e: crate::start::StartError| {
+        ReplayError::Options(format!("warm start from the layout: {e}"))
+    };
+    let mut observer =
+        crate::start::Observer::new(&opts.layout, &files.page, &buf, nr_cpus).map_err(start_err)?;
+    observer.observe(&buf);
+    let mut seen = buf.len() as u64;
+    while seen < limit {
+        buf.clear();
+        let want = (chunk as u64).min(limit - seen) as usize;
+        if reader.read_chunk(&mut buf, want)? == 0 {
+            break;
+        }
+        seen += buf.len() as u64;
+        observer.observe(&buf);
+    }
+    let plan =
+        StartPlan::from_observer(&opts.layout, &files.at_start, observer).map_err(start_err)?;
+    // The second pass replays.
+    let mut read = reader.options();
+    read.nr_cpus = Some(nr_cpus);
+    let mut reader = TraceReader::open(path, read)?;
+    buf.clear();
+    reader.read_chunk(&mut buf, (first as u64).min(limit) as usize)?;
     let mut config = plan.config();
     config.mobility_grouping = opts.mobility_grouping;
     let mut rp = Replayer::new(config, opts.sample_every)?;

@@ -153,6 +153,11 @@ pub struct CpuLists {
     /// Blocks the trace flushed from the lists, in the order it did (the first was
     /// at the bottom).
     pub tail: Vec<PcpEntry>,
+    /// Pages zoneinfo counted that the trace never used: frames that are blank
+    /// and that no event names, put on the order-0 list of the type this CPU
+    /// allocates least (where they sit, as the kernel's did), so that the lists
+    /// hold what zoneinfo counted.
+    pub fillers: Vec<u64>,
     /// Pages on the lists then, zoneinfo's `count`.
     pub count: u64,
     /// zoneinfo's `high`.
@@ -198,62 +203,108 @@ struct Told {
     votes: [u32; 4],
 }
 
-impl StartPlan {
-    /// Infers the start from the zoneinfo read at the start (`layout`), the page
-    /// layout (`page`), pagetypeinfo's state then (`types`) and the trace's first
-    /// records (`first`, any that come before the start included).
+/// What the trace tells the warm start, read from its records a chunk at a time
+/// (the whole trace, before the replay: a per-CPU list page can first be used
+/// late): the types of the pageblocks it names, and the per-CPU list pages each
+/// CPU allocates or flushes before any free or refill of them.
+pub struct Observer {
+    start_ns: u64,
+    pb: u8,
+    nr_cpus: usize,
+    /// The layout as it stood at its end (`correct_window`).
+    page: PageLayout,
+    /// Each zone's span, in zoneinfo's order.
+    spans: Vec<(u64, u64)>,
+    /// One bit per trace frame: some event since the start named it.
+    touched: Vec<u64>,
+    /// What the trace tells of each pageblock, by absolute pageblock number.
+    told: HashMap<u64, Told>,
+    /// Per zone and CPU: list pages allocated (head) and flushed (tail).
+    lists: Vec<Vec<(Vec<PcpEntry>, Vec<PcpEntry>)>>,
+    /// Per CPU: order-0 allocations since the start, per `TYPES`.
+    allocs: Vec<[u64; 4]>,
+}
+
+impl Observer {
+    /// An observer of the trace of `layout`'s machine, whose page layout is
+    /// `page`; `first` are the trace's first records, which must cover the
+    /// layout's read (they correct it, see `correct_window`; pass them to
+    /// `observe` too).
     ///
     /// # Errors
-    /// A zone of the zoneinfo that the layout did not read, or a layout with no
-    /// end time.
-    pub fn infer(
+    /// A layout with no end time.
+    pub fn new(
         layout: &ZoneLayout,
         page: &PageLayout,
-        types: &Shape,
         first: &[Record],
         nr_cpus: usize,
-    ) -> Result<StartPlan, StartError> {
+    ) -> Result<Observer, StartError> {
         let pb: u8 = 9;
-        let max_order: u8 = 10;
         let start_ns = page
             .end_ns
             .ok_or_else(|| StartError("the layout has no end_time".into()))?;
-        let page = &correct_window(page, first, pb);
-        let mut zones = Vec::new();
-        for spec in &layout.zones {
-            let lz = page.zone(spec.zone_type.name()).ok_or_else(|| {
-                StartError(format!(
-                    "the layout did not read zone {}",
-                    spec.zone_type.name()
-                ))
-            })?;
-            zones.push(zone_plan(spec, lz, max_order));
+        let end = layout.end_pfn().unwrap_or(0);
+        Ok(Observer {
+            start_ns,
+            pb,
+            nr_cpus,
+            page: correct_window(page, first, pb),
+            spans: layout
+                .zones
+                .iter()
+                .map(|z| (z.start_pfn, z.start_pfn + z.spanned))
+                .collect(),
+            touched: vec![0; end.div_ceil(64) as usize],
+            told: HashMap::new(),
+            lists: vec![vec![(Vec::new(), Vec::new()); nr_cpus]; layout.zones.len()],
+            allocs: vec![[0; 4]; nr_cpus],
+        })
+    }
+
+    fn note(&mut self, pfn: u64, t: u64, mt: Option<Migratetype>, vote: bool) {
+        let Some(mt) = mt else { return };
+        let e = self.told.entry(pfn >> self.pb).or_default();
+        if vote {
+            if let Some(i) = type_index(mt) {
+                e.votes[i] += 1;
+            }
+            return;
         }
-        // What the trace tells of each pageblock, by absolute pageblock number.
-        let mut told: HashMap<u64, Told> = HashMap::new();
-        let mut note = |pfn: u64, t: u64, mt: Option<Migratetype>, vote: bool| {
-            let Some(mt) = mt else { return };
-            let e = told.entry(pfn >> pb).or_default();
-            if vote {
-                if let Some(i) = type_index(mt) {
-                    e.votes[i] += 1;
+        let d = t.abs_diff(self.start_ns);
+        // Before the start, the latest naming wins; after it, the earliest.
+        if e.named.is_none_or(|(d0, _)| d < d0) {
+            e.named = Some((d, mt));
+        }
+    }
+
+    /// Whether any frame of `[pfn, pfn + 2^order)` was touched since the start;
+    /// marks them all.
+    fn touch(&mut self, pfn: u64, order: u8) -> bool {
+        let mut was = false;
+        for p in pfn..pfn + (1u64 << order) {
+            match self.touched.get_mut((p >> 6) as usize) {
+                Some(w) => {
+                    was |= *w >> (p & 63) & 1 != 0;
+                    *w |= 1 << (p & 63);
                 }
-                return;
+                None => was = true,
             }
-            let d = t.abs_diff(start_ns);
-            // Before the start, the latest naming wins; after it, the earliest.
-            if e.named.is_none_or(|(d0, _)| d < d0) {
-                e.named = Some((d, mt));
-            }
-        };
-        for r in first {
+        }
+        was
+    }
+
+    /// Reads what `records` tell (in trace order, chunk after chunk).
+    pub fn observe(&mut self, records: &[Record]) {
+        let (start_ns, pb) = (self.start_ns, self.pb);
+        for r in records {
+            // Types: any time, the naming nearest the start wins.
             match r.event {
                 Event::AllocZoneLocked {
                     pfn, migratetype, ..
                 }
                 | Event::PcpuDrain {
                     pfn, migratetype, ..
-                } => note(pfn, r.time_ns, migratetype, false),
+                } => self.note(pfn, r.time_ns, migratetype, false),
                 Event::AllocExtfrag {
                     pfn,
                     fallback_migratetype,
@@ -268,17 +319,112 @@ impl StartPlan {
                     } else {
                         fallback_migratetype
                     };
-                    note(pfn, r.time_ns, mt, false);
+                    self.note(pfn, r.time_ns, mt, false);
                 }
                 Event::Alloc {
                     pfn: Some(pfn),
                     migratetype,
                     ..
-                } => note(pfn, r.time_ns, migratetype, true),
+                } => self.note(pfn, r.time_ns, migratetype, true),
                 _ => {}
             }
+            if r.time_ns < start_ns {
+                continue;
+            }
+            // Per-CPU list pages: the first event at a frame since the start.
+            let cpu = r.cpu as usize;
+            if let Event::Alloc {
+                order: 0,
+                migratetype: Some(mt),
+                ..
+            } = r.event
+            {
+                if let (Some(a), Some(t)) = (self.allocs.get_mut(cpu), type_index(mt)) {
+                    a[t] += 1;
+                }
+            }
+            let (pfn, order, head) = match r.event {
+                Event::Alloc {
+                    pfn: Some(pfn),
+                    order,
+                    ..
+                } => (pfn, order, Some(true)),
+                Event::PcpuDrain { pfn, order, .. } => (pfn, order, Some(false)),
+                Event::Free { pfn, order } | Event::AllocZoneLocked { pfn, order, .. } => {
+                    (pfn, order, None)
+                }
+                _ => continue,
+            };
+            if self.touch(pfn, order) {
+                continue;
+            }
+            let Some(head) = head else { continue };
+            if cpu >= self.nr_cpus || !(order <= 3 || order == pb) {
+                continue;
+            }
+            let page = &self.page;
+            if !(pfn..pfn + (1u64 << order)).all(|p| page.class(p) == FrameClass::Blank) {
+                continue;
+            }
+            let Some(zi) = self.spans.iter().position(|&(s, e)| pfn >= s && pfn < e) else {
+                continue;
+            };
+            let e = PcpEntry { pfn, order };
+            let l = &mut self.lists[zi][cpu];
+            if head {
+                l.0.push(e);
+            } else {
+                l.1.push(e);
+            }
         }
-        for (zi, z) in zones.iter_mut().enumerate() {
+    }
+}
+
+impl StartPlan {
+    /// Infers the start from the zoneinfo read at the start (`layout`), the page
+    /// layout (`page`), pagetypeinfo's state then (`types`) and the trace's
+    /// records (`records`, from its first, those before the start included): an
+    /// `Observer` over them, then `from_observer`.
+    ///
+    /// # Errors
+    /// A zone of the zoneinfo that the layout did not read, or a layout with no
+    /// end time.
+    pub fn infer(
+        layout: &ZoneLayout,
+        page: &PageLayout,
+        types: &Shape,
+        records: &[Record],
+        nr_cpus: usize,
+    ) -> Result<StartPlan, StartError> {
+        let mut o = Observer::new(layout, page, records, nr_cpus)?;
+        o.observe(records);
+        StartPlan::from_observer(layout, types, o)
+    }
+
+    /// The start, from what an `Observer` read of the whole trace.
+    ///
+    /// # Errors
+    /// A zone of the zoneinfo that the layout did not read.
+    pub fn from_observer(
+        layout: &ZoneLayout,
+        types: &Shape,
+        o: Observer,
+    ) -> Result<StartPlan, StartError> {
+        let pb = o.pb;
+        let max_order: u8 = 10;
+        let (start_ns, nr_cpus) = (o.start_ns, o.nr_cpus);
+        let page = &o.page;
+        let mut zones = Vec::new();
+        for spec in &layout.zones {
+            let lz = page.zone(spec.zone_type.name()).ok_or_else(|| {
+                StartError(format!(
+                    "the layout did not read zone {}",
+                    spec.zone_type.name()
+                ))
+            })?;
+            zones.push(zone_plan(spec, lz, max_order));
+        }
+        for z in zones.iter_mut() {
             let target = types
                 .zone(z.spec.node, z.spec.zone_type)
                 .map_or([0; 4], |s| s.blocks);
@@ -288,10 +434,65 @@ impl StartPlan {
                     z.spec.zone_type.name()
                 ))
             })?;
-            assign_types(z, lz, &told, target, pb);
-            let _ = zi;
+            assign_types(z, lz, &o.told, target, pb);
         }
-        let lists = per_cpu_lists(&zones, page, layout, first, start_ns, nr_cpus);
+        let mut lists: Vec<Vec<CpuLists>> = zones
+            .iter()
+            .zip(o.lists)
+            .map(|(z, per_cpu)| {
+                per_cpu
+                    .into_iter()
+                    .enumerate()
+                    .map(|(cpu, (head, tail))| CpuLists {
+                        head,
+                        tail,
+                        fillers: Vec::new(),
+                        count: z.spec.pcp_count.get(cpu).copied().unwrap_or(0),
+                        high: z.spec.pcp_high.get(cpu).copied().unwrap_or(0),
+                    })
+                    .collect()
+            })
+            .collect();
+        // Fillers: per zone, the blank frames no event names, by pageblock type,
+        // handed out lowest first.
+        for (zi, z) in zones.iter().enumerate() {
+            let init_end = z.uninit.map_or(z.spec.start_pfn + z.spec.spanned, |u| u.0);
+            let mut spare: [Vec<u64>; 3] = Default::default();
+            let Some(lz) = page.zone(z.spec.zone_type.name()) else {
+                continue;
+            };
+            for p in z.spec.start_pfn..init_end {
+                if lz.class(p) != FrameClass::Blank
+                    || o.touched
+                        .get((p >> 6) as usize)
+                        .is_some_and(|w| w >> (p & 63) & 1 != 0)
+                {
+                    continue;
+                }
+                let mt = z.block_types[z.block_index(p, pb)];
+                if let Some(t) = pcp_list_type(mt) {
+                    spare[t].push(p);
+                }
+            }
+            for t in &mut spare {
+                t.reverse();
+            }
+            for (cpu, l) in lists[zi].iter_mut().enumerate() {
+                let want = l.count.saturating_sub(l.told_pages());
+                let a = o.allocs.get(cpu).copied().unwrap_or([0; 4]);
+                // The list type this CPU allocates least from, then the others.
+                let mut order: Vec<usize> = (0..3).collect();
+                order.sort_by_key(|&t| (a[t], t));
+                for t in order {
+                    while (l.fillers.len() as u64) < want {
+                        match spare[t].pop() {
+                            Some(p) => l.fillers.push(p),
+                            None => break,
+                        }
+                    }
+                }
+            }
+        }
         Ok(StartPlan {
             start_ns,
             zones,
@@ -315,8 +516,28 @@ impl StartPlan {
         let mut zs: Vec<&ZonePlan> = self.zones.iter().collect();
         zs.sort_by_key(|z| (z.spec.node, z.spec.zone_type));
         for z in zs {
-            let mut c = ZoneConfig::new(z.spec.zone_type, Pfn(z.spec.start_pfn), z.spec.spanned);
-            c.holes = z.holes.iter().map(|&(p, n)| (Pfn(p), n)).collect();
+            // A zone that starts inside a pageblock (DMA at frame 1) starts at the
+            // pageblock's first frame here, the frames before its start a hole:
+            // the same frames, but its first pageblock lies wholly in the zone,
+            // so that it can be given its type (a claim refuses a pageblock that
+            // crosses the zone's edge, as Linux's does).
+            let pb_pages = 1u64 << self.pageblock_order;
+            let start = z.spec.start_pfn / pb_pages * pb_pages;
+            let lead = z.spec.start_pfn - start;
+            let mut c = ZoneConfig::new(z.spec.zone_type, Pfn(start), z.spec.spanned + lead);
+            if lead > 0 {
+                c.holes.push((Pfn(start), lead));
+            }
+            c.holes.extend(z.holes.iter().map(|&(p, n)| (Pfn(p), n)));
+            // Adjacent holes as one.
+            let mut merged: Vec<(Pfn, u64)> = Vec::new();
+            for (p, n) in c.holes {
+                match merged.last_mut() {
+                    Some(last) if last.0 .0 + last.1 == p.0 => last.1 += n,
+                    _ => merged.push((p, n)),
+                }
+            }
+            c.holes = merged;
             nodes[z.spec.node as usize].zones.push(c);
         }
         Config {
@@ -488,73 +709,6 @@ fn assign_types(
     }
 }
 
-/// The per-CPU lists of each zone and CPU at the start (see `CpuLists`): from the
-/// trace's records after the start, the blank frames each CPU allocated or flushed
-/// before any free or refill of them.
-fn per_cpu_lists(
-    zones: &[ZonePlan],
-    page: &PageLayout,
-    layout: &ZoneLayout,
-    first: &[Record],
-    start_ns: u64,
-    nr_cpus: usize,
-) -> Vec<Vec<CpuLists>> {
-    let mut lists: Vec<Vec<CpuLists>> = zones
-        .iter()
-        .map(|z| {
-            (0..nr_cpus)
-                .map(|cpu| CpuLists {
-                    count: z.spec.pcp_count.get(cpu).copied().unwrap_or(0),
-                    high: z.spec.pcp_high.get(cpu).copied().unwrap_or(0),
-                    ..CpuLists::default()
-                })
-                .collect()
-        })
-        .collect();
-    let _ = layout;
-    // Frames some event after the start already touched.
-    let mut touched: std::collections::HashSet<u64> = std::collections::HashSet::new();
-    let zone_of = |pfn: u64| {
-        zones
-            .iter()
-            .position(|z| pfn >= z.spec.start_pfn && pfn < z.spec.start_pfn + z.spec.spanned)
-    };
-    let blank = |pfn: u64, order: u8| {
-        (pfn..pfn + (1u64 << order)).all(|p| page.class(p) == FrameClass::Blank)
-    };
-    for r in first.iter().filter(|r| r.time_ns >= start_ns) {
-        let cpu = r.cpu as usize;
-        let (pfn, order, on_list) = match r.event {
-            Event::Alloc {
-                pfn: Some(pfn),
-                order,
-                ..
-            } => (pfn, order, Some(true)),
-            Event::PcpuDrain { pfn, order, .. } => (pfn, order, Some(false)),
-            Event::Free { pfn, order } | Event::AllocZoneLocked { pfn, order, .. } => {
-                (pfn, order, None)
-            }
-            _ => continue,
-        };
-        if !touched.insert(pfn) {
-            continue;
-        }
-        let Some(head) = on_list else { continue };
-        if cpu >= nr_cpus || !(order <= 3 || order == 9) || !blank(pfn, order) {
-            continue;
-        }
-        let Some(zi) = zone_of(pfn) else { continue };
-        let l = &mut lists[zi][cpu];
-        let e = PcpEntry { pfn, order };
-        if head {
-            l.head.push(e);
-        } else {
-            l.tail.push(e);
-        }
-    }
-    lists
-}
-
 /// What applying a plan did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct StartReport {
@@ -576,6 +730,11 @@ pub struct StartReport {
     pub pcp_pages: Vec<u64>,
     /// zoneinfo's per-CPU count, per CPU (all zones).
     pub pcp_count: Vec<u64>,
+    /// zonealloc's per-CPU `high` after the warm start, per CPU (the busiest
+    /// zone's), and zoneinfo's.
+    pub pcp_high: Vec<(u64, u64)>,
+    /// Pages on zonealloc's per-CPU lists after the warm start, per CPU.
+    pub pcp_after: Vec<u64>,
     /// Pageblocks per type that the trace named, per `TYPES`, and inferred.
     pub named_types: [u64; 4],
     /// Pageblocks per type inferred, per `TYPES`.
@@ -647,6 +806,17 @@ impl Pretrace {
     }
 }
 
+/// The per-CPU list type of a pageblock type (Linux's three; the others' pages
+/// go on the movable list): index into `TYPES`.
+fn pcp_list_type(mt: Migratetype) -> Option<usize> {
+    match mt {
+        Migratetype::Unmovable => Some(0),
+        Migratetype::Reclaimable => Some(2),
+        Migratetype::Movable | Migratetype::HighAtomic | Migratetype::Cma => Some(1),
+        Migratetype::Isolate => None,
+    }
+}
+
 /// The allocation flags that reach zone `zt` first, of type `mt`, with no
 /// watermark in the way.
 fn gfp_for(zt: ZoneType, mt: Migratetype) -> Gfp {
@@ -675,6 +845,7 @@ impl StartPlan {
         let mut rep = StartReport {
             pcp_pages: vec![0; self.nr_cpus],
             pcp_count: vec![0; self.nr_cpus],
+            pcp_high: vec![(0, 0); self.nr_cpus],
             ..StartReport::default()
         };
         let pb = self.pageblock_order;
@@ -778,11 +949,27 @@ impl StartPlan {
                 for e in &l.tail {
                     put(e, pretrace);
                 }
+                for &p in &l.fillers {
+                    put(&PcpEntry { pfn: p, order: 0 }, pretrace);
+                }
                 for e in l.head.iter().rev() {
                     put(e, pretrace);
                 }
+                let (h, _) = pcp_high_of(za, cpu, z.spec.zone_type);
+                if l.count >= rep.pcp_high[cpu].1 {
+                    rep.pcp_high[cpu] = (h, l.high);
+                }
             }
         }
+        rep.pcp_after = (0..self.nr_cpus)
+            .map(|cpu| {
+                za.pcp_stats()
+                    .iter()
+                    .filter_map(|z| z.cpus.get(cpu))
+                    .map(|c| c.count)
+                    .sum()
+            })
+            .collect();
         Ok(rep)
     }
 }
@@ -829,19 +1016,22 @@ fn retype(za: &ZoneAllocator, zt: ZoneType, mt: Migratetype, runs: &[(u64, u64)]
     claimed
 }
 
+/// `cpu`'s `high` and `high_max` in zone `zt`.
+fn pcp_high_of(za: &ZoneAllocator, cpu: usize, zt: ZoneType) -> (u64, u64) {
+    za.zoneinfo()
+        .zones
+        .iter()
+        .find(|z| z.id.zone_type == zt)
+        .and_then(|z| z.pagesets.get(cpu))
+        .map_or((0, 0), |p| (p.high, p.high_max))
+}
+
 /// Grows `cpu`'s auto-tuned `high` in zone `zt` toward `target` the way Linux
 /// grows it (each refill while the zone is above its high watermark raises `high`
 /// by a batch), by allocating movable order-0 pages there, then gives the pages
 /// back and drains the CPU's lists.
 fn grow_high(za: &ZoneAllocator, cpu: usize, zt: ZoneType, target: u64, _pretrace: &Pretrace) {
-    let high = |za: &ZoneAllocator| {
-        za.zoneinfo()
-            .zones
-            .iter()
-            .find(|z| z.id.zone_type == zt)
-            .and_then(|z| z.pagesets.get(cpu))
-            .map_or((0, 0), |p| (p.high, p.high_max))
-    };
+    let high = |za: &ZoneAllocator| pcp_high_of(za, cpu, zt);
     let zone = match zt {
         ZoneType::Dma => Gfp::DMA,
         ZoneType::Dma32 => Gfp::DMA32,
@@ -974,7 +1164,6 @@ mod tests {
             end_ns: Some(100),
             zones: vec![l.clone()],
         };
-        let zones = vec![zone_plan(&s, &l, 10)];
         let layout = ZoneLayout {
             zones: vec![s],
             nr_cpus: Some(2),
@@ -1005,13 +1194,67 @@ mod tests {
             rec(210, 0, alloc(3, 0)),
             rec(220, 0, alloc(2, 0)), // second time: not told again
         ];
-        let lists = per_cpu_lists(&zones, &page, &layout, &recs, 100, 2);
+        let plan = StartPlan::infer(&layout, &page, &Shape::default(), &recs, 2).unwrap();
+        let lists = plan.lists;
         let e = |pfn, order| PcpEntry { pfn, order };
         assert_eq!(lists[0][0].head, vec![e(2, 0), e(3, 0)]);
         assert_eq!(lists[0][0].tail, vec![e(9, 0)]);
         assert_eq!(lists[0][1].head, vec![e(4, 2)]);
         assert_eq!(lists[0][1].told_pages(), 4);
         assert_eq!(lists[0][0].count, 10);
+    }
+
+    #[test]
+    fn what_moved_while_the_layout_was_read_is_put_right() {
+        // 1024 frames read from time 0 to 1024: frame p at time p.
+        let l = lz("Normal", 0, &[(512, BUDDY), (512, LRU)]);
+        let page = PageLayout {
+            begin_ns: Some(0),
+            end_ns: Some(1024),
+            zones: vec![l],
+        };
+        let recs = vec![
+            // Frame 10, read at 10 as free, refilled at 20: on a list at the end.
+            rec(
+                20,
+                0,
+                Event::AllocZoneLocked {
+                    pfn: 10,
+                    order: 0,
+                    migratetype: Some(Migratetype::Movable),
+                    percpu_refill: true,
+                },
+            ),
+            // Frame 600 taken at 500, before its read at 600: the read saw it.
+            rec(
+                500,
+                0,
+                Event::AllocZoneLocked {
+                    pfn: 600,
+                    order: 0,
+                    migratetype: Some(Migratetype::Movable),
+                    percpu_refill: true,
+                },
+            ),
+            // Frames 700..708 read as allocated, freed as an order-3 block at 800:
+            // on a per-CPU list (order 3 has one).
+            rec(800, 0, Event::Free { pfn: 700, order: 3 }),
+            // Frames 768..784 freed at 900 at order 4: onto the buddy lists.
+            rec(900, 0, Event::Free { pfn: 768, order: 4 }),
+            // After the read: left to the replay.
+            rec(2000, 0, Event::Free { pfn: 900, order: 4 }),
+        ];
+        let c = correct_window(&page, &recs, 9);
+        assert_eq!(c.class(10), FrameClass::Blank);
+        assert_eq!(c.class(11), FrameClass::Free);
+        assert_eq!(c.class(600), FrameClass::Movable);
+        assert_eq!(c.class(700), FrameClass::Blank);
+        assert_eq!(c.class(707), FrameClass::Blank);
+        assert_eq!(c.class(768), FrameClass::Free);
+        assert_eq!(c.class(784), FrameClass::Movable);
+        assert_eq!(c.class(900), FrameClass::Movable);
+        assert_eq!(page.read_time(512), Some(512));
+        assert_eq!(page.read_time(5000), None);
     }
 
     #[test]
