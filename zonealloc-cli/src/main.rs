@@ -278,20 +278,27 @@ fn bench(args: BenchArgs) -> ExitCode {
                 .map_or(c.clone(), |f| f.to_string_lossy().into_owned())
         })
         .collect();
-    // NAME.png for each experiment, and the few extra ones by name.
-    let extra: Vec<&str> = charts
+    // NAME.png for each experiment (where every one has it), the others by name.
+    let every = results
+        .iter()
+        .all(|r| charts.iter().any(|c| *c == format!("{}.png", r.name)));
+    let named: Vec<&str> = charts
         .iter()
         .map(|c| c.trim_end_matches(".png"))
-        .filter(|c| !results.iter().any(|r| r.name == *c))
+        .filter(|c| !every || !results.iter().any(|r| r.name == *c))
         .collect();
     out!(
-        "charts:  {} PNG files in {}: NAME.png for each experiment{}",
+        "charts:  {} PNG files in {}:{}",
         charts.len(),
         args.out.display(),
-        if extra.is_empty() { "" } else { ", and" }
+        match (every, named.is_empty()) {
+            (true, true) => " NAME.png for each experiment",
+            (true, false) => " NAME.png for each experiment, and",
+            (false, _) => "",
+        }
     );
-    if !extra.is_empty() {
-        out!("         {}", extra.join(", "));
+    if !named.is_empty() {
+        out!("         {}", named.join(", "));
     }
     if args.check {
         let empty: Vec<&str> = results
