@@ -288,8 +288,9 @@ fn bench(args: BenchArgs) -> ExitCode {
         .filter(|c| !every || !results.iter().any(|r| r.name == *c))
         .collect();
     out!(
-        "charts:  {} PNG files in {}:{}",
+        "charts:  {} PNG file{} in {}:{}",
         charts.len(),
+        if charts.len() == 1 { "" } else { "s" },
         args.out.display(),
         match (every, named.is_empty()) {
             (true, true) => " NAME.png for each experiment",
