@@ -41,7 +41,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if let Some(p) = self.alloc_fast(gfp, order, Head::PLAIN) {
             return Ok(p);
         }
-        self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, Head::PLAIN)
+        self.alloc_pages_local(self.current_cpu(), gfp, order, Head::PLAIN)
     }
 
     /// `alloc_pages` of a block published as `head` (a vmalloc area's blocks come
@@ -55,7 +55,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if let Some(p) = self.alloc_fast(gfp, order, head) {
             return Ok(p);
         }
-        self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, head)
+        self.alloc_pages_local(self.current_cpu(), gfp, order, head)
     }
 
     /// As `alloc_pages`, using CPU `cpu`'s per-CPU lists (taken modulo `nr_cpus`).
@@ -65,7 +65,87 @@ impl<B: Backend> ZoneAllocator<B> {
     /// As `alloc_pages`.
     #[inline]
     pub fn alloc_pages_on(&self, cpu: usize, gfp: Gfp, order: Order) -> Result<Pfn, AllocError> {
-        self.alloc_pages_node_on(self.cpu_index(cpu), 0, gfp, order, Head::PLAIN)
+        self.alloc_pages_local(self.cpu_index(cpu), gfp, order, Head::PLAIN)
+    }
+
+    /// `alloc_pages_nolock()`: an allocation from any context (an interrupt
+    /// handler, a handler interrupting the allocator itself, code that may not
+    /// wait) that never waits for a lock, never reclaims, compacts or drains,
+    /// and fails instead. It pops this CPU's stack if it has a block, else tries
+    /// this CPU's list and the zones of node `nid` (the calling CPU's when
+    /// `None`), then the other nodes', by their locks' `try_lock` only, at the
+    /// min watermark. Of `gfp` only the zone modifiers, the mobility and
+    /// `ZERO` count: it never reclaims or wakes kswapd.
+    ///
+    /// # Errors
+    /// `InvalidOrder` above `max_order`; `InvalidNode`; `NoMemory` when nothing
+    /// could be had without waiting.
+    pub fn alloc_pages_nolock(
+        &self,
+        gfp: Gfp,
+        nid: Option<u16>,
+        order: Order,
+    ) -> Result<Pfn, AllocError> {
+        if order > self.config.max_order {
+            return Err(AllocError::InvalidOrder(order));
+        }
+        let gfp = Gfp::from_bits(
+            gfp.bits()
+                & (Gfp::DMA
+                    | Gfp::DMA32
+                    | Gfp::HIGHMEM
+                    | Gfp::MOVABLE
+                    | Gfp::RECLAIMABLE
+                    | Gfp::ZERO)
+                    .bits(),
+        ) | Gfp::NOWARN
+            | Gfp::NOMEMALLOC;
+        let cpu = self.current_cpu();
+        let nid = nid.unwrap_or_else(|| self.cpu_to_node(cpu));
+        let (first, _) = self
+            .preferred
+            .get(nid as usize)
+            .ok_or(AllocError::InvalidNode(nid))?[gfp.highest_zone().idx()]
+        .ok_or(AllocError::NoEligibleZone)?;
+        if self.fast_alloc.load(Ordering::Relaxed) {
+            let z = &self.zones[first];
+            if pcp_allowed_order(order, z.pageblock_order) {
+                if let Ok(idx) = z
+                    .stacks
+                    .pop(crate::pcp::order_to_pindex(gfp.migratetype(), order))
+                {
+                    let pfn = z.pfn_of(idx);
+                    self.prep_new_page(z, pfn, order, gfp, gfp.migratetype(), Head::PLAIN);
+                    return Ok(pfn);
+                }
+            }
+        }
+        let req = Request {
+            cpu,
+            nid,
+            gfp,
+            order,
+            highest: gfp.highest_zone(),
+            mt: gfp.migratetype(),
+            first,
+            head: Head::PLAIN,
+        };
+        let flags = AllocFlags::checking(Wmark::Min).cma_for(gfp) | AllocFlags::TRYLOCK;
+        self.get_page_from_freelist(&req, flags)
+            .ok_or(AllocError::NoMemory { order })
+    }
+
+    /// `alloc_pages_node_on` from CPU `cpu`'s node (`numa_node_id()`), as every
+    /// call that names no node starts.
+    #[inline]
+    pub(crate) fn alloc_pages_local(
+        &self,
+        cpu: usize,
+        gfp: Gfp,
+        order: Order,
+        head: Head,
+    ) -> Result<Pfn, AllocError> {
+        self.alloc_pages_node_on(cpu, self.cpu_to_node(cpu), gfp, order, head)
     }
 
     /// `alloc_pages_node()`: as `alloc_pages`, starting from node `nid`'s zonelist.
@@ -352,9 +432,16 @@ impl<B: Backend> ZoneAllocator<B> {
             .rmqueue(req.order, req.mt, flags, &self.debug.faults, refill)
     }
 
-    /// `rmqueue_buddy()`: a block from the buddy lists under the zone lock.
+    /// `rmqueue_buddy()`: a block from the buddy lists under the zone lock (if
+    /// it is free now, for a `TRYLOCK` pass).
     fn rmqueue_buddy(&self, z: &Zone, req: &Request, flags: AllocFlags) -> Option<Pfn> {
-        let pfn = z.lock().rmqueue_one(req.order, req.mt, flags)?;
+        let mut zl = if flags.has(AllocFlags::TRYLOCK) {
+            z.try_lock()?
+        } else {
+            z.lock()
+        };
+        let pfn = zl.rmqueue_one(req.order, req.mt, flags)?;
+        drop(zl);
         z.events.pgalloc.inc(req.order.nr_pages());
         Some(pfn)
     }

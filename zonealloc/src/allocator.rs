@@ -25,6 +25,7 @@ use crate::backend::{AbstractFrames, Backend};
 use crate::config::{Config, ConfigError};
 use crate::debug::DebugState;
 use crate::fault::FaultSite;
+use crate::frame::TableSource;
 use crate::pcp::{zone_batchsize, zone_highsize, MIN_PERCPU_PAGELIST_HIGH_FRACTION};
 use crate::sync::Ordering;
 use crate::types::Wmark;
@@ -57,8 +58,12 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// `alloc_pages` tests before its stack.
     pub(crate) fast_alloc: core::sync::atomic::AtomicBool,
     /// Per highest zone type a request may use: node 0's preferred zone (its index;
-    /// `u8::MAX` for none), the one zone whose stacks `alloc_pages` pops from.
+    /// `u8::MAX` for none), the one zone whose stacks `alloc_pages` pops from
+    /// where every CPU is on node 0 (`single_node`).
     pub(crate) fast_zone: [u8; MAX_NR_ZONES],
+    /// Every CPU is on node 0 (one node, or `cpu_to_node` all zeros): `alloc_fast`
+    /// needs no CPU to pick its zone.
+    pub(crate) single_node: bool,
     /// Every `LocalCache` holding blocks of its own (where `fast` is off), so that
     /// drains and the slow path reach what idle owners hold.
     pub(crate) caches: crate::sync::Lock<Vec<alloc::sync::Weak<crate::local_state::CacheShared>>>,
@@ -127,14 +132,40 @@ impl ZoneAllocator<crate::arena::Arena> {
 }
 
 impl<B: Backend> ZoneAllocator<B> {
-    /// An allocator over `backend`.
+    /// An allocator over `backend`, its frame tables from the allocator's own
+    /// memory: with `std` on Linux a sparse anonymous mapping, where sections
+    /// with no memory cost nothing; elsewhere the global heap (see `memmap`).
     ///
     /// # Errors
-    /// The configuration's first problem (see `Config::validate`).
+    /// The configuration's first problem (see `Config::validate`), or
+    /// `ConfigError::Metadata` when the tables' memory cannot be had.
     pub fn with_backend(config: Config, backend: B) -> Result<Self, ConfigError> {
+        Self::build(config, backend, &mut TableSource::Own)
+    }
+
+    /// An allocator over `backend` whose frame tables live where `memmap` puts
+    /// them: memory a kernel carved from the frames it manages (as memblock
+    /// does), or address space it maps section by section (as Linux's vmemmap).
+    /// With it, construction needs the heap only for the allocator's small
+    /// fixed structures (zones, per-CPU slots, pageblock bits), never for
+    /// per-frame metadata.
+    ///
+    /// # Errors
+    /// As `with_backend`; `ConfigError::Metadata` when `memmap` cannot reserve or
+    /// back a table.
+    pub fn with_memmap(
+        config: Config,
+        backend: B,
+        memmap: &mut dyn crate::memmap::MemMap,
+    ) -> Result<Self, ConfigError> {
+        Self::build(config, backend, &mut TableSource::Given(memmap))
+    }
+
+    fn build(config: Config, backend: B, src: &mut TableSource<'_>) -> Result<Self, ConfigError> {
         config.validate()?;
         let mut zones = Vec::new();
         let mut node_zones = Vec::new();
+        let mut present = Vec::new();
         for (nid, node) in config.nodes.iter().enumerate() {
             let mut nz = [None; MAX_NR_ZONES];
             for zc in &node.zones {
@@ -143,16 +174,8 @@ impl<B: Backend> ZoneAllocator<B> {
                     zone_type: zc.zone_type,
                 };
                 nz[zc.zone_type.idx()] = Some(zones.len());
-                zones.push(Zone::new(
-                    id,
-                    zones.len(),
-                    zc,
-                    config.max_order,
-                    config.pageblock_order,
-                    config.mobility_grouping,
-                    config.nr_cpus,
-                    !config.cma.is_empty(),
-                )?);
+                zones.push(Zone::new(id, zones.len(), zc, &config, src)?);
+                present.push(zc.present_ranges());
             }
             node_zones.push(nz);
         }
@@ -160,13 +183,16 @@ impl<B: Backend> ZoneAllocator<B> {
             z.boost_factor = config.watermark_boost_factor;
         }
         crate::cma_state::mark_areas(&config.cma, &mut zones);
-        for z in &zones {
-            z.lock().release_initial_frames();
+        for (z, present) in zones.iter().zip(&present) {
+            z.lock().release_initial_frames(present);
         }
+        drop(present);
+        // With a platform the CPU is the platform's, not restartable sequences'.
         let mut fast = config.pcp.enabled
             && config.pcp.rseq
             && config.cpu_id.is_none()
-            && !DebugState::new(config.debug).touches_pages();
+            && config.platform.is_none()
+            && !DebugState::new(config.debug, None).touches_pages();
         if fast {
             for z in zones.iter_mut() {
                 fast &= crate::stack_limits::build_stacks(z, config.nr_cpus);
@@ -184,10 +210,12 @@ impl<B: Backend> ZoneAllocator<B> {
             .collect();
         lookup.sort_unstable();
         let nr_nodes = config.nodes.len();
+        // Nodes nearest first, by the distance table (ties by node number, as
+        // `build_zonelists()`'s `find_next_best_node()` breaks them).
         let zonelists: Box<[Box<[usize]>]> = (0..nr_nodes)
             .map(|nid| {
                 let mut order: Vec<usize> = (0..nr_nodes).collect();
-                order.sort_by_key(|&n| (n as isize - nid as isize).unsigned_abs());
+                order.sort_by_key(|&n| (config.distance(nid as u16, n as u16), n != nid, n));
                 order
                     .into_iter()
                     .flat_map(|n| {
@@ -224,6 +252,8 @@ impl<B: Backend> ZoneAllocator<B> {
                 .unwrap_or(u8::MAX)
         });
         let debug = config.debug;
+        let platform = config.platform;
+        let single_node = nr_nodes == 1 || config.cpu_to_node.iter().all(|&n| n == 0);
         let compact = crate::compact_state::CompactState::new(&zones);
         let cma = crate::cma_state::CmaState::new(&config.cma, &zones);
         let mut za = ZoneAllocator {
@@ -238,17 +268,29 @@ impl<B: Backend> ZoneAllocator<B> {
             fast,
             fast_alloc: core::sync::atomic::AtomicBool::new(fast),
             fast_zone,
-            caches: crate::sync::Lock::new(Vec::new()),
+            single_node,
+            // Drains on an interrupt's slow path walk it.
+            caches: crate::sync::Lock::new(Vec::new(), platform),
             backend,
-            debug: DebugState::new(debug),
+            debug: DebugState::new(debug, platform),
             compact,
             reporting: crate::reporting_state::ReportingState::new(),
-            reclaim: crate::shrinker::ReclaimState::new(nr_nodes),
+            reclaim: crate::shrinker::ReclaimState::new(nr_nodes, platform),
             cma,
         };
         za.setup_watermarks(za.config.min_free_kbytes)?;
         za.debug.init_free_memory(&za.backend, &za.zones);
         Ok(za)
+    }
+
+    /// Bytes of per-frame metadata backed by memory now: the sections of each
+    /// zone's frame table that hold (or held) memory, and its tail (see
+    /// `memmap`); the whole table where it came from the global heap.
+    pub fn metadata_bytes(&self) -> u64 {
+        self.zones
+            .iter()
+            .map(|z| z.frames.backed_bytes() as u64)
+            .sum()
     }
 
     /// The configuration the allocator was built with.
@@ -505,11 +547,28 @@ impl<B: Backend> ZoneAllocator<B> {
     /// that panics reads as CPU 0 (with `std`; see `Config::cpu_id`).
     #[inline]
     pub fn current_cpu(&self) -> usize {
-        let id = match self.config.cpu_id {
-            Some(f) => crate::hook::call(f).unwrap_or(0),
-            None => os_cpu_id(),
+        let id = if let Some(p) = self.config.platform {
+            p.cpu_id()
+        } else {
+            match self.config.cpu_id {
+                Some(f) => crate::hook::call(f).unwrap_or(0),
+                None => os_cpu_id(),
+            }
         };
         self.cpu_index(id)
+    }
+
+    /// The node of CPU `cpu` (`cpu_to_node()`, from `Config::cpu_to_node`).
+    #[inline]
+    pub fn cpu_to_node(&self, cpu: usize) -> u16 {
+        self.config.node_of_cpu(cpu)
+    }
+
+    /// The node of the CPU this thread runs on (`numa_node_id()`): where
+    /// `alloc_pages` starts.
+    #[inline]
+    pub fn numa_node_id(&self) -> u16 {
+        self.cpu_to_node(self.current_cpu())
     }
 
     /// Maps any number to a CPU index; avoids a division in the common case.

@@ -676,19 +676,50 @@ impl ZoneLocked<'_> {
         t.word_of(pfn).unwrap_or(Word::HOLE)
     }
 
+    /// Merges the blocks whose free found the zone lock taken (see
+    /// `Zone::defer_free`); returns how many.
+    pub(crate) fn free_deferred(&mut self) -> u64 {
+        let z = self.zone;
+        // Acquire: pairs with the Release of each push, so every link and frozen
+        // word of the list is seen.
+        let mut idx = z
+            .deferred
+            .swap(crate::frame::NIL, crate::sync::Ordering::Acquire);
+        let t = z.frames.view();
+        let mut n = 0;
+        while idx != crate::frame::NIL {
+            let next = t.prev(idx);
+            t.set_prev(idx, crate::frame::NIL);
+            let order = t.word(idx).order();
+            debug_assert_eq!(t.word(idx), Word::frozen(order));
+            self.free_block_locked(z.pfn_of(idx), order, false);
+            z.events.pgfree.inc(order.nr_pages());
+            n += 1;
+            idx = next;
+        }
+        n
+    }
+
     /// Frees every present frame in the largest naturally aligned chunks
     /// (`__free_pages_core` with `FPI_TO_TAIL`).
-    pub(crate) fn release_initial_frames(&mut self) {
+    pub(crate) fn release_initial_frames(&mut self, present: &[(u64, u64)]) {
+        for &(a, b) in present {
+            self.release_frames(a.max(self.zone.start_pfn), b.min(self.zone.end_pfn()));
+        }
+    }
+
+    /// Frees the frames of `[start, end)` that are taken (`Tail`), as the largest
+    /// aligned blocks; holes and reserved frames stay as they are.
+    pub(crate) fn release_frames(&mut self, start: u64, end: u64) {
         let z = self.zone;
-        let end = z.end_pfn();
-        let mut p = z.start_pfn;
+        let mut p = start;
         while p < end {
-            if z.frames.word(z.idx(Pfn(p))).tag() == Tag::Hole {
+            if z.frames.word(z.idx(Pfn(p))) != Word::TAIL {
                 p += 1;
                 continue;
             }
             let mut q = p;
-            while q < end && z.frames.word(z.idx(Pfn(q))).tag() != Tag::Hole {
+            while q < end && z.frames.word(z.idx(Pfn(q))) == Word::TAIL {
                 q += 1;
             }
             for (pfn, order) in chunks(Pfn(p), q - p, z.max_order) {

@@ -58,6 +58,9 @@ pub struct InvariantReport {
     pub reporting_pages: u64,
     /// Frames taken offline (`offline_pages`): holes until onlined.
     pub offline_pages: u64,
+    /// Present frames reserved at boot (`Config::reserved`) and not released
+    /// (`free_reserved_area`).
+    pub reserved_pages: u64,
     /// Frames `cma_alloc` handed out: a part of `allocated_pages`.
     pub cma_pages: u64,
     /// Individual assertions evaluated.
@@ -116,7 +119,10 @@ impl<B: Backend> ZoneAllocator<B> {
         for z in self.zones.iter() {
             // Lock order: every CPU's pcp lock (ascending), then the zone lock.
             let pcps: Vec<_> = (0..z.pcp.len()).map(|cpu| z.pcp_lock(cpu)).collect();
-            let zl = z.lock();
+            let mut zl = z.lock();
+            // Frees deferred by `free_pages_nolock` are merged first: the check
+            // sees every free block on the lists.
+            zl.free_deferred();
             let mut census = Vec::new();
             let mut c = Checker {
                 report: &mut report,
@@ -336,6 +342,11 @@ fn check_zone(
         }
         match w.tag() {
             Tag::Hole => {
+                // A reserved frame is present memory the allocator does not own.
+                if w == Word::RESERVED {
+                    present += 1;
+                    c.report.reserved_pages += 1;
+                }
                 i += 1;
                 continue;
             }

@@ -63,11 +63,15 @@ impl CmaState {
                     .iter()
                     .position(|z| z.contains(c.base))
                     .expect("a validated area lies in a zone"),
-                bitmap: Lock::new(CmaBits {
-                    bits: alloc::vec![0; c.nr_pages.div_ceil(64) as usize],
-                    allocated: 0,
-                }),
-                contig: TryLock::new(()),
+                // Process context only (`cma_alloc`, `cma_release`).
+                bitmap: Lock::new(
+                    CmaBits {
+                        bits: alloc::vec![0; c.nr_pages.div_ceil(64) as usize],
+                        allocated: 0,
+                    },
+                    None,
+                ),
+                contig: TryLock::new((), None),
                 alloc_pages_success: Counter::new(),
                 alloc_pages_fail: Counter::new(),
                 release_pages_success: Counter::new(),

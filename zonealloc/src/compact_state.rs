@@ -71,18 +71,23 @@ impl CompactState {
             zones: zones
                 .iter()
                 .map(|z| {
-                    TryLock::new(ZoneCompact {
-                        migrate_pfn: z.start_pfn,
-                        free_pfn: last_block(z),
-                        skip: (0..z.blocks.len()).map(|_| false).collect(),
-                        blockskip_flush: false,
-                        considered: 0,
-                        defer_shift: 0,
-                        order_failed: u8::MAX,
-                    })
+                    // Process context only: an interrupt's allocation never
+                    // compacts (its GFP cannot block).
+                    TryLock::new(
+                        ZoneCompact {
+                            migrate_pfn: z.start_pfn,
+                            free_pfn: last_block(z),
+                            skip: (0..z.blocks.len()).map(|_| false).collect(),
+                            blockskip_flush: false,
+                            considered: 0,
+                            defer_shift: 0,
+                            order_failed: u8::MAX,
+                        },
+                        None,
+                    )
                 })
                 .collect(),
-            migrator: Lock::new(None),
+            migrator: Lock::new(None, None),
             extfrag_threshold: AtomicU32::new(EXTFRAG_THRESHOLD_DEFAULT),
             proactiveness: AtomicU32::new(COMPACTION_PROACTIVENESS_DEFAULT),
             counters: Counters::default(),

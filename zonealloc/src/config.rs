@@ -9,9 +9,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::frame::zone_metadata_bytes;
-use crate::types::{
-    Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT, MIGRATE_TYPES, NR_ORDERS_MAX,
-};
+use crate::types::{Order, Pfn, ZoneType, MAX_NR_ZONES, MAX_ORDER_LIMIT};
 
 /// A node's distance to itself (`LOCAL_DISTANCE`).
 pub const LOCAL_DISTANCE: u8 = 10;

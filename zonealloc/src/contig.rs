@@ -718,7 +718,7 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         let single = |slot: &mut Option<Pfn>| {
             *slot = self
-                .alloc_pages_node_on(self.current_cpu(), 0, gfp, Order(0), head)
+                .alloc_pages_local(self.current_cpu(), gfp, Order(0), head)
                 .ok();
             slot.is_some() as usize
         };
@@ -738,7 +738,7 @@ impl<B: Backend> ZoneAllocator<B> {
         let flags = AllocFlags::checking(Wmark::Low).cma_for(gfp);
         let highest = gfp.highest_zone();
         // The first eligible zone with room for the whole request above its low mark.
-        let zone = self.zonelist(0).find(|z| {
+        let zone = self.zonelist(self.cpu_to_node(cpu)).find(|z| {
             z.zone_type() <= highest
                 && pcp_allowed_order(Order(0), z.pageblock_order)
                 && z.watermark_fast(

@@ -25,7 +25,7 @@ use crate::backend::Backend;
 use crate::config::DebugConfig;
 use crate::fault::Faults;
 use crate::frame::{Tag, Word};
-use crate::sync::Lock;
+use crate::sync::{Irq, Lock};
 use crate::types::{Order, Pfn};
 use crate::zone::Zone;
 
@@ -61,12 +61,13 @@ impl DebugState {
         d.poison || d.init_on_alloc || d.init_on_free
     }
 
-    /// The debug state for `cfg`.
-    pub(crate) fn new(cfg: DebugConfig) -> DebugState {
+    /// The debug state for `cfg`; its report list is taken with interrupts
+    /// disabled through `irq` (a bad page is found on any allocation or free).
+    pub(crate) fn new(cfg: DebugConfig, irq: Irq) -> DebugState {
         DebugState {
             cfg,
             faults: Faults::default(),
-            bad_pages: Lock::new(Vec::new()),
+            bad_pages: Lock::new(Vec::new(), irq),
         }
     }
 

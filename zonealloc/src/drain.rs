@@ -40,10 +40,15 @@ impl<B: Backend> ZoneAllocator<B> {
     /// thread (each remote CPU's lock taken in turn; no cross-CPU calls needed).
     /// Returns the pages returned.
     pub fn drain_all_pages(&self) -> u64 {
-        self.drain_caches()
+        let drained = self.drain_caches()
             + (0..self.config.nr_cpus)
                 .map(|cpu| self.drain_cpu_pages(cpu))
-                .sum::<u64>()
+                .sum::<u64>();
+        // Frees that found the zone lock taken (`free_pages_nolock`).
+        for z in self.zones.iter().filter(|z| z.has_deferred()) {
+            z.lock().free_deferred();
+        }
+        drained
     }
 
     /// `decay_pcp_high()` on every CPU and zone: what Linux's vmstat worker does once

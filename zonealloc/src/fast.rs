@@ -65,10 +65,26 @@ impl<B: Backend> ZoneAllocator<B> {
         {
             return None;
         }
-        let z = self
-            .zones
-            .get(usize::from(self.fast_zone[gfp.highest_zone().idx()]))?;
+        let zi = if self.single_node {
+            self.fast_zone[gfp.highest_zone().idx()]
+        } else {
+            self.local_fast_zone(gfp)
+        };
+        let z = self.zones.get(usize::from(zi))?;
         self.alloc_fast_in(z, gfp, gfp.migratetype(), order, head)
+    }
+
+    /// The zone whose stacks `alloc_fast` pops from on a machine of several
+    /// nodes: the preferred zone of the node of the CPU the thread runs on now
+    /// (`u8::MAX`: none). A stale CPU only picks another node's zone to try.
+    #[cold]
+    fn local_fast_zone(&self, gfp: Gfp) -> u8 {
+        let node = self.cpu_to_node(self.current_cpu());
+        self.preferred
+            .get(usize::from(node))
+            .and_then(|p| p[gfp.highest_zone().idx()])
+            .and_then(|(zi, _)| u8::try_from(zi).ok())
+            .unwrap_or(u8::MAX)
     }
 
     /// `alloc_fast` in zone `z` (the preferred zone of `gfp`), for requests of
@@ -165,6 +181,26 @@ impl<B: Backend> ZoneAllocator<B> {
         true
     }
 
+    /// `free_frozen_here` without the slow path: pushes the frozen block on this
+    /// CPU's stack if it has room; `false` (the block still frozen and the
+    /// caller's) otherwise. Takes no lock.
+    pub(crate) fn push_frozen_here(&self, z: &Zone, pfn: Pfn, order: Order) -> bool {
+        if !self.fast || !pcp_allowed_order(order, z.pageblock_order) {
+            return false;
+        }
+        let mt = z.blocks.migratetype(pfn);
+        if mt.idx() >= crate::types::MIGRATE_PCPTYPES {
+            return false;
+        }
+        let idx = z.idx(pfn);
+        z.frames.set_word(idx, Word::pcp(order, 0));
+        if z.stacks.push(order_to_pindex(mt, order), idx).is_ok() {
+            return true;
+        }
+        z.frames.set_word(idx, Word::frozen(order));
+        false
+    }
+
     /// A pop found CPU `cpu`'s stack `p` empty: takes a batch for it (see the
     /// module docs) and pops again. `None` if the zone cannot spare one batch,
     /// the CPU's lock is taken, or the thread lost its stack meanwhile.
@@ -179,7 +215,8 @@ impl<B: Backend> ZoneAllocator<B> {
         mt: Migratetype,
         p: usize,
     ) -> Option<u32> {
-        let nofragment = self.preferred[0][gfp.highest_zone().idx()].is_some_and(|(_, n)| n);
+        let nofragment = self.preferred[usize::from(z.id.node)][gfp.highest_zone().idx()]
+            .is_some_and(|(_, n)| n);
         let mut pcp = z.pcp_trylock(cpu % z.pcp.len())?;
         let cs = z.stacks.cpu(cpu)?;
         let tune = &cs.tune[p];

@@ -210,6 +210,9 @@ impl Word {
 
     pub const HOLE: Word = Word::new(Tag::Hole, 0, 0, 0);
     pub const TAIL: Word = Word::new(Tag::Tail, 0, 0, 0);
+    /// A present frame reserved at boot (`Config::reserved`): a hole to every
+    /// path until `free_reserved_area` gives it to the allocator.
+    pub const RESERVED: Word = Word::new(Tag::Hole, 0, 1, 0);
 
     #[inline]
     pub const fn buddy(order: Order) -> Word {
@@ -421,10 +424,12 @@ pub(crate) struct FrameTable {
     entries: usize,
     /// The zone's first frame number: frame `idx` is `base + idx`.
     base: u64,
-    /// Bytes of the run backed by memory (a heap table counts whole).
-    backed: usize,
-    /// One bit a section (counted from the one holding `base`): backed.
-    populated: alloc::boxed::Box<[u64]>,
+    /// Bytes of the run backed by memory (a heap table counts whole). Changed
+    /// under the zone lock (or before the table is shared).
+    backed: core::sync::atomic::AtomicUsize,
+    /// One bit a section (counted from the one holding `base`): backed. Changed
+    /// under the zone lock (or before the table is shared).
+    populated: alloc::boxed::Box<[core::sync::atomic::AtomicU64]>,
 }
 
 // SAFETY: the table is lines of atomics, shared by reference only; the storage
@@ -440,8 +445,10 @@ enum Storage {
     /// Lines built one by one (loom's atomics cannot start as zeroed memory).
     #[cfg(loom)]
     Boxed(alloc::boxed::Box<[Line]>),
-    /// Zeroed memory from the global heap, the whole run backed.
+    /// Zeroed memory from the global heap, the whole run backed (where the
+    /// allocator cannot map its own: no `std`, not Linux, or under Miri).
     #[cfg(not(loom))]
+    #[cfg_attr(all(feature = "std", target_os = "linux", not(miri)), allow(dead_code))]
     Heap(core::alloc::Layout),
     /// A `MemMap`'s reservation, never given back.
     #[cfg(not(loom))]
@@ -572,6 +579,7 @@ impl FrameTable {
     /// A table of `nr` frames from frame number `base`, all present, in state
     /// `Tail` with no links, and `lists` sentinels, each an empty list, from the
     /// allocator's own memory; `None` if the memory cannot be had.
+    #[cfg(test)]
     pub fn new(base: u64, nr: usize, lists: usize) -> Option<FrameTable> {
         let all = [(base, base + nr as u64)];
         FrameTable::build(base, nr, lists, &all, &mut TableSource::Own)
@@ -595,8 +603,8 @@ impl FrameTable {
         let words = nr_sections(base, nr).div_ceil(64);
         let mut populated = Vec::new();
         populated.try_reserve_exact(words).ok()?;
-        populated.resize(words, 0u64);
-        let mut table = FrameTable {
+        populated.resize_with(words, || core::sync::atomic::AtomicU64::new(0));
+        let table = FrameTable {
             lines,
             nr_lines,
             storage,
@@ -604,7 +612,7 @@ impl FrameTable {
             sentinels,
             entries,
             base,
-            backed: 0,
+            backed: core::sync::atomic::AtomicUsize::new(0),
             populated: populated.into_boxed_slice(),
         };
         // Back the tail, and the sections that hold present frames.
@@ -615,7 +623,9 @@ impl FrameTable {
         if !table.populate(tail, end, src) {
             return None;
         }
-        table.backed = end - tail;
+        table
+            .backed
+            .store(end - tail, core::sync::atomic::Ordering::Relaxed);
         for (a, b) in crate::memmap::populated_runs(base, nr as u64, present) {
             if !table.populate_sections(a as usize, b as usize, src) {
                 return None;
@@ -683,7 +693,7 @@ impl FrameTable {
             match src {
                 TableSource::Given(m) => {
                     let p = m.reserve(bytes)?;
-                    debug_assert!(p.as_ptr() as usize % 4096 == 0);
+                    debug_assert!((p.as_ptr() as usize).is_multiple_of(4096));
                     Some((p.cast(), Storage::Given))
                 }
                 TableSource::Own => {
@@ -719,7 +729,7 @@ impl FrameTable {
 
     /// Backs bytes `[from, to)` of the run with writable memory.
     #[allow(unsafe_code)]
-    fn populate(&mut self, from: usize, to: usize, src: &mut TableSource<'_>) -> bool {
+    fn populate(&self, from: usize, to: usize, src: &mut TableSource<'_>) -> bool {
         let Some(start) = NonNull::new(self.lines.as_ptr().cast::<u8>().wrapping_add(from)) else {
             return false;
         };
@@ -745,32 +755,43 @@ impl FrameTable {
         }
     }
 
+    /// Whether backing more of the table needs the caller's `MemMap` (the table
+    /// came from one).
+    pub fn needs_memmap(&self) -> bool {
+        #[cfg(not(loom))]
+        return matches!(self.storage, Storage::Given);
+        #[cfg(loom)]
+        false
+    }
+
     /// Bytes of the table backed by memory (see `memmap`); a heap table counts
     /// whole.
     pub fn backed_bytes(&self) -> usize {
         match self.storage {
             #[cfg(not(loom))]
             Storage::Heap(_) => self.nr_lines * core::mem::size_of::<Line>(),
-            _ => self.backed,
+            _ => self.backed.load(core::sync::atomic::Ordering::Relaxed),
         }
     }
 
     /// Backs the sections holding table entries `[first, end)` that are not
     /// backed yet.
-    fn populate_sections(&mut self, first: usize, end: usize, src: &mut TableSource<'_>) -> bool {
+    fn populate_sections(&self, first: usize, end: usize, src: &mut TableSource<'_>) -> bool {
+        use core::sync::atomic::Ordering::Relaxed;
         if first >= end {
             return true;
         }
         for k in section_of(self.base, first)..=section_of(self.base, end - 1) {
-            if self.populated[k / 64] & (1 << (k % 64)) != 0 {
+            // Relaxed: the bits and the count change under the zone lock only.
+            if self.populated[k / 64].load(Relaxed) & (1 << (k % 64)) != 0 {
                 continue;
             }
             let (from, to) = section_bytes(self.base, self.len, self.sentinels, k);
             if !self.populate(from, to, src) {
                 return false;
             }
-            self.populated[k / 64] |= 1 << (k % 64);
-            self.backed += to - from;
+            self.populated[k / 64].fetch_or(1 << (k % 64), Relaxed);
+            self.backed.fetch_add(to - from, Relaxed);
         }
         true
     }
@@ -779,7 +800,7 @@ impl FrameTable {
     /// gives them `Tail` with no links: memory arriving where there was a hole
     /// (see `hotplug`). The caller owns the frames' states (they were holes, and
     /// it holds the zone lock).
-    pub fn make_present(&mut self, first: usize, end: usize, src: &mut TableSource<'_>) -> bool {
+    pub fn make_present(&self, first: usize, end: usize, src: &mut TableSource<'_>) -> bool {
         debug_assert!(first <= end && end <= self.len);
         if !self.populate_sections(first, end, src) {
             return false;
@@ -1429,7 +1450,6 @@ mod tests {
             assert_eq!(v.word_of(Pfn(pfn)), Some(Word::HOLE), "{pfn}");
         }
         // Memory arrives in section 70: it is backed now, and only it.
-        let mut t = t;
         let first = (70 * s - base) as usize;
         assert!(t.make_present(first, first + 512, &mut TableSource::Own));
         assert_eq!(
@@ -1463,7 +1483,7 @@ mod tests {
         )
         .unwrap();
         let used = m.used();
-        assert!(used >= 65_536 * 16 && used < 65_536 * 17);
+        assert!((65_536 * 16..65_536 * 17).contains(&used));
         let b = FrameTable::build(
             0,
             4096,

@@ -246,6 +246,7 @@ impl<B: Backend> ZoneAllocator<B> {
     pub(crate) fn release_frozen(&self, z: &Zone, pfn: Pfn, order: Order, via: Via) {
         self.debug.free_prepare(&self.backend, pfn, order);
         match via {
+            Via::TryOnly(cpu) => self.free_frozen_nolock(z, pfn, order, cpu),
             Via::Cpu(cpu) => self.free_frozen(z, pfn, order, cpu),
             Via::Here(cpu) => {
                 if !self.free_frozen_here(z, pfn, order) {
@@ -314,10 +315,60 @@ impl<B: Backend> ZoneAllocator<B> {
         z.events.pgfree.inc((blocks.len() as u64) << order.0);
     }
 
-    /// `free_one_page()`: the zone-lock path.
+    /// `free_one_page()`: the zone-lock path; merges the frees that were
+    /// deferred meanwhile too (`free_pages_nolock`).
     pub(crate) fn free_one_page(&self, z: &Zone, pfn: Pfn, order: Order) {
-        z.lock().free_block_locked(pfn, order, false);
+        let mut zl = z.lock();
+        zl.free_block_locked(pfn, order, false);
+        if z.has_deferred() {
+            zl.free_deferred();
+        }
+        drop(zl);
         count_zone_free(z, order);
+    }
+
+    /// `free_pages_nolock()`: as `free_pages`, from any context (an interrupt
+    /// handler, a handler interrupting the allocator itself, code that may not
+    /// wait): it never waits for a lock. The block goes to this CPU's stack or
+    /// list where that takes no wait, else to the buddy lists if the zone lock is
+    /// free, else onto the zone's deferred list, which the next free under the
+    /// zone lock merges (Linux's `trylock_free_pages`). Debug modes that touch
+    /// pages (poisoning, `init_on_free`) still do.
+    ///
+    /// # Errors
+    /// As `free_pages`; nothing changed then.
+    pub fn free_pages_nolock(&self, pfn: Pfn, order: Order) -> Result<(), FreeError> {
+        let z = self.head_zone(pfn, order)?;
+        let cpu = self.current_cpu();
+        self.put_and_free(z, pfn, Some(order), Via::TryOnly(cpu), Holder::Raw)
+            .map(|_| ())
+    }
+
+    /// The free of `free_pages_nolock` for a frozen block the caller owns.
+    fn free_frozen_nolock(&self, z: &Zone, pfn: Pfn, order: Order, cpu: usize) {
+        if self.push_frozen_here(z, pfn, order) {
+            return;
+        }
+        if self.config.pcp.enabled && pcp_allowed_order(order, z.pageblock_order) {
+            let mt = z.blocks.migratetype(pfn);
+            if mt.is_mergeable() {
+                if let Some(mut pcp) = z.pcp_trylock(cpu) {
+                    pcp.trylock = true;
+                    pcp.free(pfn, order, mt, false);
+                    return;
+                }
+            }
+        }
+        if let Some(mut zl) = z.try_lock() {
+            zl.free_block_locked(pfn, order, false);
+            if z.has_deferred() {
+                zl.free_deferred();
+            }
+            drop(zl);
+            count_zone_free(z, order);
+            return;
+        }
+        z.defer_free(z.idx(pfn));
     }
 
     // -------------------------------------------------------------------------
@@ -628,6 +679,10 @@ pub(crate) enum Via {
     Here(usize),
     /// Straight to the buddy lists under the zone lock (`__free_pages_ok`).
     Zone,
+    /// Never wait for a lock (`free_pages_nolock`): this CPU's stack, or its
+    /// list if its lock is free, or the zone if its lock is free, else the zone's
+    /// deferred list.
+    TryOnly(usize),
 }
 
 /// The order of the blocks that fill a cache line of frame metadata (the table is

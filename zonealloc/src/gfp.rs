@@ -212,6 +212,8 @@ impl AllocFlags {
     pub const HIGHATOMIC: AllocFlags = AllocFlags(0x200);
     /// May take pages of CMA pageblocks (`ALLOC_CMA`): movable requests.
     pub const CMA: AllocFlags = AllocFlags(0x80);
+    /// Only try locks, never wait for one (`ALLOC_TRYLOCK`, `alloc_pages_nolock`).
+    pub const TRYLOCK: AllocFlags = AllocFlags(0x400);
     /// Any of the reserve flags.
     pub const RESERVES: AllocFlags =
         AllocFlags(Self::NON_BLOCK.0 | Self::MIN_RESERVE.0 | Self::HIGHATOMIC.0 | Self::OOM.0);

@@ -49,9 +49,43 @@
 //! built, so the range returns to the zone it was taken from (a hot-pluggable range
 //! is configured inside a `Movable` zone to be onlined as movable memory).
 //!
-//! Both recompute `min_free_kbytes` (unless it was given, as Linux keeps the
-//! administrator's) and the zones' watermarks, lowmem reserves and per-CPU list
-//! sizes from their managed pages now.
+//! # Memory that arrives
+//!
+//! Two more ways for memory to join a zone after construction, as a kernel's
+//! does while it boots and runs:
+//! * **`free_reserved_area`** gives the allocator frames that were present but
+//!   reserved at boot (`Config::reserved`: the kernel's init sections, boot
+//!   information, firmware tables; Linux's `memblock_free_all()` and
+//!   `free_reserved_area()`). They count in the zone's present pages from the
+//!   start and in its managed pages from then on.
+//! * **`add_memory`** adds memory where the zone's configuration had a hole (a
+//!   hot-plugged DIMM, virtio-mem, a balloon deflating, a hypervisor adding
+//!   guest memory; Linux's `add_memory()` then `online_pages()`). A kernel
+//!   declares the span memory may arrive in as part of a zone, as firmware
+//!   declares hot-pluggable ranges ahead; with sparse frame tables (see
+//!   `memmap`) the holes cost nothing until memory arrives and its sections are
+//!   backed.
+//!
+//! ```
+//! use zonealloc::{Config, NodeConfig, Pfn, ZoneAllocator, ZoneConfig, ZoneType};
+//!
+//! // 256 MiB of span; 128 MiB present, 64 KiB of it reserved at boot.
+//! let zone = ZoneConfig::new(ZoneType::Normal, Pfn(0), 65536).with_hole(Pfn(32768), 32768);
+//! let config = Config {
+//!     nodes: vec![NodeConfig { zones: vec![zone] }],
+//!     reserved: vec![(Pfn(16), 16)],
+//!     ..Config::default()
+//! };
+//! let za = ZoneAllocator::new(config).unwrap();
+//! assert_eq!(za.managed_pages(), 32768 - 16);
+//! za.free_reserved_area(Pfn(16), 16).unwrap();
+//! za.add_memory(Pfn(32768), 32768, None).unwrap();
+//! assert_eq!(za.managed_pages(), 65536);
+//! ```
+//!
+//! All of these recompute `min_free_kbytes` (unless it was given, as Linux keeps
+//! the administrator's) and the zones' watermarks, lowmem reserves and per-CPU
+//! list sizes from their managed pages now.
 
 use alloc::vec::Vec;
 
@@ -93,6 +127,15 @@ pub enum OfflineError {
     /// A frame of the range was still in use after the retries (another thread
     /// kept allocating or freeing into it); the range is back.
     Busy(Pfn),
+    /// `free_reserved_area` of a frame that is not reserved. Nothing changed.
+    NotReserved(Pfn),
+    /// `add_memory` of a frame that is not a hole (present, reserved or offline).
+    /// Nothing changed.
+    NotHole(Pfn),
+    /// `add_memory` found no memory for the range's frame metadata: the tables
+    /// came from a `MemMap` and none was given, or it could not back them.
+    /// Nothing changed.
+    Metadata,
 }
 
 impl core::fmt::Display for OfflineError {
@@ -109,6 +152,9 @@ impl core::fmt::Display for OfflineError {
             OfflineError::OwnerPanicked(p) => write!(f, "the owner panicked moving {p}"),
             OfflineError::NoMemory(p) => write!(f, "no memory to move {p} to"),
             OfflineError::Busy(p) => write!(f, "frame {p} stayed in use"),
+            OfflineError::NotReserved(p) => write!(f, "frame {p} is not reserved"),
+            OfflineError::NotHole(p) => write!(f, "frame {p} is not a hole"),
+            OfflineError::Metadata => f.write_str("no memory for the frame metadata"),
         }
     }
 }
@@ -277,6 +323,107 @@ impl<B: Backend> ZoneAllocator<B> {
         for (p, o) in chunks(start, nr, z.max_order) {
             zl.free_block_locked(p, o, true);
         }
+        drop(zl);
+        self.resize_watermarks();
+        Ok(())
+    }
+
+    /// The zone holding all of `[start, start + nr)` (any frames, not only whole
+    /// pageblocks).
+    fn arrival_zone(&self, start: Pfn, nr: u64) -> Result<&Zone, OfflineError> {
+        let z = self.zone_of(start).ok_or(OfflineError::InvalidRange)?;
+        let end = start.0.checked_add(nr).ok_or(OfflineError::InvalidRange)?;
+        if nr == 0 {
+            return Err(OfflineError::InvalidRange);
+        }
+        if end > z.end_pfn() {
+            return Err(OfflineError::CrossesZone(Pfn(z.end_pfn())));
+        }
+        Ok(z)
+    }
+
+    /// `free_reserved_area()` (and `memblock_free_all()` for a whole range):
+    /// gives frames reserved at boot (`Config::reserved`: the kernel's init
+    /// sections, boot information, firmware tables it is done with) to the
+    /// allocator, free. Any range of one zone whose frames are all reserved;
+    /// the zone's managed pages grow by it, and the watermarks and per-CPU sizes
+    /// follow (as after `online_pages`). Returns the frames released.
+    ///
+    /// # Errors
+    /// `InvalidRange` (empty, or outside every zone), `CrossesZone`, or
+    /// `NotReserved` naming the first frame that is not reserved; nothing
+    /// changed then.
+    pub fn free_reserved_area(&self, start: Pfn, nr: u64) -> Result<u64, OfflineError> {
+        let z = self.arrival_zone(start, nr)?;
+        let end = start.0 + nr;
+        let mut zl = z.lock();
+        let t = z.frames.view();
+        if let Some(p) = (start.0..end).find(|&p| t.word(z.idx(Pfn(p))) != Word::RESERVED) {
+            return Err(OfflineError::NotReserved(Pfn(p)));
+        }
+        for p in start.0..end {
+            t.set_word(z.idx(Pfn(p)), Word::TAIL);
+        }
+        zl.release_frames(start.0, end);
+        z.counters.nr_released.add(nr as i64);
+        drop(zl);
+        self.resize_watermarks();
+        Ok(nr)
+    }
+
+    /// `add_memory()` and `online_pages()` in one: memory that arrives where
+    /// the zone had a hole (a hot-plugged DIMM, a balloon or virtio-mem device
+    /// plugging a range, guest memory a hypervisor adds). The range must lie in
+    /// one zone's span and be holes of its configuration (not reserved, not
+    /// offline): a kernel declares the span that memory may arrive in as the
+    /// zone's, with holes there, as firmware declares hot-pluggable ranges
+    /// ahead (the ACPI SRAT); with sparse metadata those holes cost nothing.
+    /// The frame metadata of the range's sections is backed first: from the
+    /// allocator's own mapping, or from `memmap` where the tables came from
+    /// one (`ZoneAllocator::with_memmap`). Then the frames are free, the zone's
+    /// present and managed pages grow by them, and the watermarks and per-CPU
+    /// sizes follow.
+    ///
+    /// # Errors
+    /// `InvalidRange`, `CrossesZone`; `NotHole` naming the first frame that is
+    /// not a hole; `Metadata` when the metadata cannot be backed (or the tables
+    /// need a `MemMap` and none was given). Nothing changed then.
+    pub fn add_memory(
+        &self,
+        start: Pfn,
+        nr: u64,
+        memmap: Option<&mut dyn crate::memmap::MemMap>,
+    ) -> Result<(), OfflineError> {
+        let z = self.arrival_zone(start, nr)?;
+        let end = start.0 + nr;
+        let mut zl = z.lock();
+        let t = z.frames.view();
+        if let Some(p) =
+            (start.0..end).find(|&p| t.word(z.idx(Pfn(p))) != Word::HOLE || zl.is_offline(Pfn(p)))
+        {
+            return Err(OfflineError::NotHole(Pfn(p)));
+        }
+        let mut src = match memmap {
+            Some(m) => crate::frame::TableSource::Given(m),
+            None if z.frames.needs_memmap() => return Err(OfflineError::Metadata),
+            None => crate::frame::TableSource::Own,
+        };
+        let (first, last) = (z.idx(start) as usize, z.idx(Pfn(end - 1)) as usize + 1);
+        if !z.frames.make_present(first, last, &mut src) {
+            return Err(OfflineError::Metadata);
+        }
+        // Pageblocks that held no memory before count now.
+        let pb = z.pageblock_order.nr_pages();
+        let mut b = start.0 / pb * pb;
+        while b < end {
+            if z.blocks.set_counted_locked(Pfn(b.max(z.start_pfn))) {
+                let mt = z.blocks.base_migratetype(Pfn(b.max(z.start_pfn)));
+                z.counters.nr_blocks[mt.idx()].add(1);
+            }
+            b += pb;
+        }
+        zl.release_frames(start.0, end);
+        z.counters.nr_added.add(nr as i64);
         drop(zl);
         self.resize_watermarks();
         Ok(())

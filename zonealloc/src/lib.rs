@@ -55,6 +55,9 @@
 //! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | [`vmalloc`] |
 //! | reclaim | `register_shrinker` (a `Shrinker`), `unregister_shrinker`, `balance_node`, `KswapdWorker`, `kswapd_pending`; `Config::watermark_boost_factor` | [`reclaim`] |
 //! | memory offlining | `offline_pages`, `online_pages` | [`hotplug`] |
+//! | memory that arrives | `Config::reserved`, `free_reserved_area`, `add_memory` | [`hotplug`] |
+//! | hosting in a kernel | `Config::platform` (a [`Platform`]: interrupts, the CPU, a cross-CPU barrier), `with_memmap` (a [`MemMap`]: tables without the heap), `alloc_pages_nolock`, `free_pages_nolock`, `metadata_bytes` | [`Platform`], [`memmap`], `docs/kernel.md` |
+//! | NUMA | `Config::cpu_to_node`, `Config::node_distance`, `numa_node_id`, `alloc_pages_node`; with `std`, `numa::HostTopology` and `ArenaOptions::bind_nodes` | [`Config`], `numa` |
 //! | contiguous memory areas | `Config::with_cma`, `cma_alloc`, `cma_release`, `cma_area_info` | [`cma`] |
 //! | memory back to the host or the OS | `register_page_reporting` (a `PageReporter`, or `Reporter::Backend`: `madvise` over an arena), `report_free_pages`, `PageReportingWorker`, `page_reporting_stats` | [`reporting`] |
 //! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | [`ZoneAllocator::drain_all_pages`] |
@@ -146,10 +149,10 @@ mod isolate;
 pub mod local;
 mod local_state;
 pub mod memmap;
-#[cfg(all(feature = "std", target_os = "linux"))]
-pub mod numa;
 pub mod migrate;
 mod migrator;
+#[cfg(all(feature = "std", target_os = "linux"))]
+pub mod numa;
 #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
 mod os;
 mod owned;

@@ -157,21 +157,25 @@ impl<B: Backend> ZoneAllocator<B> {
     pub fn local_cache_on(&self, cpu: usize, gfp: Gfp) -> Result<LocalCache<'_, B>, AllocError> {
         let highest = gfp.highest_zone();
         let zone = self
-            .zonelist(0)
+            .zonelist(self.cpu_to_node(cpu))
             .find(|z| z.zone_type() <= highest && z.present > 0)
             .ok_or(AllocError::NoEligibleZone)?;
         let shared = (!self.fast).then(|| {
             let shared = Arc::new(CacheShared {
-                held: TryLock::new(Held {
-                    zone: zone.index,
-                    stacks: Default::default(),
-                    pages: 0,
-                    used: true,
-                    limit: [MIN_BATCHES; LOCAL_ORDERS],
-                    flush_run: [0; LOCAL_ORDERS],
-                    alloc_factor: [0; LOCAL_ORDERS],
-                    flush_at: [0; LOCAL_ORDERS],
-                }),
+                // A drain on an interrupt's slow path may try it.
+                held: TryLock::new(
+                    Held {
+                        zone: zone.index,
+                        stacks: Default::default(),
+                        pages: 0,
+                        used: true,
+                        limit: [MIN_BATCHES; LOCAL_ORDERS],
+                        flush_run: [0; LOCAL_ORDERS],
+                        alloc_factor: [0; LOCAL_ORDERS],
+                        flush_at: [0; LOCAL_ORDERS],
+                    },
+                    self.config.platform,
+                ),
                 pages: crate::counter::Counter::new(),
                 zone: zone.index,
                 cpu: cpu % self.config.nr_cpus.max(1),
@@ -327,7 +331,7 @@ impl<'a, B: Backend> LocalCache<'a, B> {
                 }
             }
         }
-        za.alloc_pages_node_on(self.cpu, 0, self.gfp, order, Head::PLAIN)
+        za.alloc_pages_local(self.cpu, self.gfp, order, Head::PLAIN)
     }
 
     /// Takes `batch << alloc_factor` blocks of `order` (up to one less than twice
@@ -474,6 +478,9 @@ impl<'a, B: Backend> LocalCache<'a, B> {
             && order <= za.config.max_order
             && z.contains(pfn)
             && pfn.is_aligned(order)
+            // The compare-and-swap below comes before any read of the frame's
+            // word: its metadata must be backed.
+            && z.blocks.holds_memory(pfn)
             && (z.blocks.is_type(pfn, self.mt) || self.takes(z.blocks.migratetype(pfn)));
         if !local {
             return za.free_pages_by(Via::Cpu(self.cpu), pfn, order, Holder::Raw);

@@ -122,7 +122,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// # Errors
     /// As `alloc_pages`.
     pub fn alloc_block(&self, gfp: Gfp, order: Order) -> Result<PageBlock<'_, B>, AllocError> {
-        let pfn = self.alloc_pages_node_on(self.current_cpu(), 0, gfp, order, Head::GUARDED)?;
+        let pfn = self.alloc_pages_local(self.current_cpu(), gfp, order, Head::GUARDED)?;
         Ok(PageBlock::new(self, pfn, order))
     }
 }

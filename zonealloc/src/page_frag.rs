@@ -195,7 +195,7 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
                 | Gfp::NOMEMALLOC;
             got = self
                 .za
-                .alloc_pages_node_on(cpu, 0, gfp, self.refill_order, head)
+                .alloc_pages_local(cpu, gfp, self.refill_order, head)
                 .ok()
                 .map(|p| (p, self.refill_order));
         }
@@ -203,7 +203,7 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
             Some(g) => g,
             None => (
                 self.za
-                    .alloc_pages_node_on(cpu, 0, self.gfp, Order(0), head)
+                    .alloc_pages_local(cpu, self.gfp, Order(0), head)
                     .map_err(FragError::NoMemory)?,
                 Order(0),
             ),

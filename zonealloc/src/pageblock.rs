@@ -91,12 +91,21 @@ impl PageblockTable {
     }
 
     /// The type of the block holding `pfn` if it is one of the per-CPU lists'
-    /// (`Unmovable`, `Movable`, `Reclaimable`, as its index) and not isolated: one
-    /// masked compare, for the per-CPU fast path.
+    /// (`Unmovable`, `Movable`, `Reclaimable`, as its index), not isolated, and
+    /// the block holds memory (`COUNTED`: its frames' metadata is backed, see
+    /// `memmap`, so a compare-and-swap on one of them is safe before its word
+    /// is read): one masked compare, for the per-CPU fast path.
     #[inline]
     pub fn pcp_type(&self, pfn: Pfn) -> Option<usize> {
-        let b = self.raw(self.index(pfn)) & (MT_MASK | ISOLATE);
+        let b = (self.raw(self.index(pfn)) & (MT_MASK | ISOLATE | COUNTED)) ^ COUNTED;
         (usize::from(b) < crate::types::MIGRATE_PCPTYPES).then_some(usize::from(b))
+    }
+
+    /// Whether the block holding `pfn` holds memory (`COUNTED`): its frames'
+    /// metadata is backed (see `memmap`).
+    #[inline]
+    pub fn holds_memory(&self, pfn: Pfn) -> bool {
+        self.raw(self.index(pfn)) & COUNTED != 0
     }
 
     /// The table as a `Pageblocks` view: what `is_type` reads, for a loop to
@@ -133,6 +142,15 @@ impl PageblockTable {
         };
         self.bytes[i].store(new, Ordering::Relaxed);
         (decode(old), decode(new))
+    }
+
+    /// Marks the block holding `pfn` counted (it holds memory now: hot-added);
+    /// returns whether it was not. Caller holds the zone lock.
+    pub fn set_counted_locked(&self, pfn: Pfn) -> bool {
+        let i = self.index(pfn);
+        let old = self.raw(i);
+        self.bytes[i].store(old | COUNTED, Ordering::Relaxed);
+        old & COUNTED == 0
     }
 
     /// Clears the isolation of the block holding `pfn`; returns the restored type.

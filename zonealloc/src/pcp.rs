@@ -43,7 +43,7 @@
 use crate::buf::Buf;
 use crate::counter::Counter;
 use crate::frame::{FrameList, Word, NIL};
-use crate::sync::{Ordering, TryLock, TryLockGuard};
+use crate::sync::{Irq, Ordering, TryLock, TryLockGuard};
 use crate::types::{
     Migratetype, Order, Pfn, MIGRATE_PCPTYPES, NR_PCP_LISTS, PAGE_ALLOC_COSTLY_ORDER,
 };
@@ -188,6 +188,9 @@ pub(crate) struct PcpLocked<'a> {
     pub pcp: TryLockGuard<'a, PerCpuPages>,
     /// This holder stopped the CPU's stacks (`Zone::pcp_lock`); released with it.
     stopped: bool,
+    /// Only try the zone lock (`free_pages_nolock`): a flush that finds it taken
+    /// leaves the blocks on the lists.
+    pub trylock: bool,
 }
 
 impl Drop for PcpLocked<'_> {
@@ -202,19 +205,23 @@ impl Drop for PcpLocked<'_> {
 }
 
 impl PcpSlot {
-    pub(crate) fn new(batch: u64, high_min: u64, high_max: u64) -> PcpSlot {
+    /// A CPU's empty lists, locked with interrupts disabled through `irq`.
+    pub(crate) fn new(batch: u64, high_min: u64, high_max: u64, irq: Irq) -> PcpSlot {
         PcpSlot {
-            lock: TryLock::new(PerCpuPages {
-                count: 0,
-                high: high_min,
-                high_min,
-                high_max,
-                batch,
-                flags: 0,
-                alloc_factor: 0,
-                free_count: 0,
-                lists: [FrameList::EMPTY; NR_PCP_LISTS],
-            }),
+            lock: TryLock::new(
+                PerCpuPages {
+                    count: 0,
+                    high: high_min,
+                    high_min,
+                    high_max,
+                    batch,
+                    flags: 0,
+                    alloc_factor: 0,
+                    free_count: 0,
+                    lists: [FrameList::EMPTY; NR_PCP_LISTS],
+                },
+                irq,
+            ),
             stats: PcpStats {
                 pgalloc: Counter::new(),
                 pgfree: Counter::new(),
@@ -255,6 +262,7 @@ impl PcpSlot {
             slot: self,
             pcp,
             stopped: false,
+            trylock: false,
         })
     }
 
@@ -266,6 +274,7 @@ impl PcpSlot {
             slot: self,
             pcp: self.lock.lock(),
             stopped: false,
+            trylock: false,
         }
     }
 }
@@ -425,16 +434,23 @@ impl PcpLocked<'_> {
         let cpu = self.cpu as u8;
         let list = &mut self.pcp.lists[pindex];
         let t = z.frames.view();
-        let got = z
-            .lock()
-            .rmqueue_bulk(order, mt, flags, count, false, |first, k| {
-                let first = t.idx(first);
-                for i in 0..k as u32 {
-                    let idx = first + (i << order.0);
-                    t.set_word(idx, Word::pcp(order, cpu));
-                    list.push_tail(t, idx);
-                }
-            });
+        let zl = if flags.has(crate::gfp::AllocFlags::TRYLOCK) {
+            z.try_lock()
+        } else {
+            Some(z.lock())
+        };
+        let Some(mut zl) = zl else {
+            return;
+        };
+        let got = zl.rmqueue_bulk(order, mt, flags, count, false, |first, k| {
+            let first = t.idx(first);
+            for i in 0..k as u32 {
+                let idx = first + (i << order.0);
+                t.set_word(idx, Word::pcp(order, cpu));
+                list.push_tail(t, idx);
+            }
+        });
+        drop(zl);
         let c = self.pcp.count + (got << order.0);
         self.set_count(c);
         self.slot.stats.count_refill(order, z.pageblock_order, got);
@@ -563,7 +579,24 @@ impl PcpLocked<'_> {
         let mut pindex = pindex;
         let pb = z.pageblock_order;
         let mut blocks = [0u64; PCP_ORDER_SLOTS];
-        if prefetch {
+        if self.trylock {
+            // The zone lock first, and nothing picked unless it is had.
+            let Some(mut zl) = z.try_lock() else {
+                return;
+            };
+            free_picked(
+                &mut zl,
+                core::iter::from_fn(|| {
+                    if left == 0 {
+                        return None;
+                    }
+                    let (idx, order) = self.pick(&mut pindex)?;
+                    left = left.saturating_sub(order.nr_pages());
+                    blocks[pcp_order_slot(order, pb)] += 1;
+                    Some((z.pfn_of(idx), order))
+                }),
+            );
+        } else if prefetch {
             // The buddy prefetch: pick outside the zone lock, prefetching each buddy's metadata,
             // then merge the picked blocks under one zone-lock hold per chunk.
             let mut picked = [(0u32, Order(0)); PICK_MAX];

@@ -74,7 +74,8 @@ pub(crate) struct ReportingState {
 impl ReportingState {
     pub(crate) fn new() -> ReportingState {
         ReportingState {
-            registered: Lock::new(None),
+            // Process context only (registration and reporting passes).
+            registered: Lock::new(None, None),
             epochs: crate::sync::AtomicU64::new(0),
             running: AtomicBool::new(false),
             passes: Counter::new(),

@@ -124,7 +124,8 @@ pub(crate) struct Shrinkers {
 impl Shrinkers {
     pub(crate) fn new() -> Shrinkers {
         Shrinkers {
-            list: Lock::new(Vec::new()),
+            // Process context only: an interrupt's allocation never reclaims.
+            list: Lock::new(Vec::new(), None),
             next_id: AtomicU64::new(1),
             scanned: Counter::new(),
             panicked: Counter::new(),
@@ -274,7 +275,9 @@ pub(crate) struct ReclaimState {
 }
 
 impl ReclaimState {
-    pub(crate) fn new(nr_nodes: usize) -> ReclaimState {
+    pub(crate) fn new(nr_nodes: usize, irq: crate::sync::Irq) -> ReclaimState {
+        #[cfg(not(all(feature = "std", not(loom))))]
+        let _ = irq;
         ReclaimState {
             shrinkers: Shrinkers::new(),
             running: crate::sync::AtomicU32::new(0),
@@ -290,8 +293,10 @@ impl ReclaimState {
             pending: (0..nr_nodes)
                 .map(|_| crate::sync::AtomicBool::new(false))
                 .collect(),
+            // An interrupt's allocation wakes kswapd (`Gfp::ATOMIC` has
+            // `KSWAPD_RECLAIM`): taken with interrupts disabled.
             #[cfg(all(feature = "std", not(loom)))]
-            thread: Lock::new(None),
+            thread: Lock::new(None, irq),
         }
     }
 

@@ -88,13 +88,10 @@ impl<T> core::ops::DerefMut for LockGuard<'_, T> {
 }
 
 impl<T> Lock<T> {
-    /// A lock with no interrupt guard.
-    pub(crate) fn new(value: T) -> Lock<T> {
-        Lock::with_irq(value, None)
-    }
-
-    /// A lock taken with interrupts disabled through `irq`.
-    pub(crate) fn with_irq(value: T, irq: Irq) -> Lock<T> {
+    /// A lock taken with interrupts disabled through `irq`: the allocator's
+    /// platform for a lock that an interrupt handler's call may take, `None` for
+    /// one only process context takes (see `platform`).
+    pub(crate) fn new(value: T, irq: Irq) -> Lock<T> {
         Lock {
             #[cfg(loom)]
             inner: loom::sync::Mutex::new(value),
@@ -127,33 +124,6 @@ impl<T> Lock<T> {
         #[cfg(not(loom))]
         let inner = self.inner.try_lock()?;
         Some(LockGuard { inner, _irq: irq })
-    }
-
-    /// The data, through exclusive access to the lock itself.
-    #[cfg(not(loom))]
-    pub(crate) fn get_mut(&mut self) -> &mut T {
-        self.inner.get_mut()
-    }
-
-    /// Releases a lock whose guard was forgotten (`core::mem::forget`) on this
-    /// thread: `fork` handlers take every lock before the fork and release them
-    /// in both processes after it, where no guard can be kept across the call.
-    ///
-    /// # Safety
-    /// The lock is held, through a guard forgotten by this thread (or, in a
-    /// child after `fork`, by the thread that forked), and nothing else will
-    /// release it.
-    #[cfg(all(feature = "std", not(loom)))]
-    #[allow(unsafe_code)]
-    pub(crate) unsafe fn force_unlock(&self) {
-        // SAFETY: as the caller promises.
-        unsafe { self.inner.force_unlock() }
-    }
-}
-
-impl<T: Default> Default for Lock<T> {
-    fn default() -> Lock<T> {
-        Lock::new(T::default())
     }
 }
 
@@ -242,13 +212,8 @@ pub(crate) struct TryLockGuard<'a, T> {
 }
 
 impl<T> TryLock<T> {
-    /// A lock with no interrupt guard.
-    pub(crate) fn new(value: T) -> TryLock<T> {
-        TryLock::with_irq(value, None)
-    }
-
-    /// A lock taken with interrupts disabled through `irq`.
-    pub(crate) fn with_irq(value: T, irq: Irq) -> TryLock<T> {
+    /// A lock taken with interrupts disabled through `irq` (as `Lock::new`).
+    pub(crate) fn new(value: T, irq: Irq) -> TryLock<T> {
         TryLock {
             locked: AtomicBool::new(false),
             value: UnsafeCell::new(value),
@@ -272,24 +237,6 @@ impl<T> TryLock<T> {
                 ptr: self.value.get_mut(),
                 irq: core::mem::ManuallyDrop::new(irq),
             })
-    }
-
-    /// Whether the lock is held now (a snapshot, for drains that skip idle CPUs).
-    #[inline]
-    pub(crate) fn is_locked(&self) -> bool {
-        // Relaxed: a hint; whoever acts on it takes the lock.
-        self.locked.load(Ordering::Relaxed)
-    }
-
-    /// Releases a lock whose guard was forgotten (see `Lock::force_unlock`).
-    ///
-    /// # Safety
-    /// As `Lock::force_unlock`.
-    #[cfg(all(feature = "std", not(loom)))]
-    #[allow(unsafe_code)]
-    pub(crate) unsafe fn force_unlock(&self) {
-        // Release: as a guard's drop.
-        self.locked.store(false, Ordering::Release);
     }
 
     pub(crate) fn lock(&self) -> TryLockGuard<'_, T> {

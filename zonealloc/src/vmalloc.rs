@@ -702,13 +702,17 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
             page_shift: u32::from(za.config().page_shift),
             start_vpn,
             nr_vpn,
-            kva: Lock::new(Kva {
-                free: FreeAreaTree::with_range(start_vpn, nr_vpn),
-                busy: BusyMap::default(),
-            }),
+            // vmalloc and vfree run in process context only.
+            kva: Lock::new(
+                Kva {
+                    free: FreeAreaTree::with_range(start_vpn, nr_vpn),
+                    busy: BusyMap::default(),
+                },
+                None,
+            ),
             largest_free: AtomicU64::new(nr_vpn),
-            blocks: Lock::new(BTreeMap::new()),
-            percpu: (0..nr_cpus).map(|_| Lock::new(None)).collect(),
+            blocks: Lock::new(BTreeMap::new(), None),
+            percpu: (0..nr_cpus).map(|_| Lock::new(None, None)).collect(),
             block_pages,
             nr_vmalloc_pages: AtomicU64::new(0),
             #[cfg(feature = "std")]
@@ -1421,11 +1425,14 @@ impl<B: Backend> VmallocSpace<'_, B> {
         );
         let block = Arc::new(VmapBlock {
             vpn,
-            state: Lock::new(BlockState {
-                used: reserved,
-                live,
-                retired: false,
-            }),
+            state: Lock::new(
+                BlockState {
+                    used: reserved,
+                    live,
+                    retired: false,
+                },
+                None,
+            ),
         });
         self.publish(
             vpn,

@@ -18,13 +18,13 @@
 
 use alloc::boxed::Box;
 
-use crate::config::{ConfigError, ZoneConfig};
+use crate::config::{Config, ConfigError, ZoneConfig};
 use crate::counter::{counters, Counter};
-use crate::frame::{zone_metadata_bytes, FrameTable, FreeList, Tag, Word, ZONE_LISTS};
+use crate::frame::{zone_metadata_bytes, FrameTable, FreeList, TableSource, Tag, Word, ZONE_LISTS};
 use crate::gfp::AllocFlags;
 use crate::pageblock::{PageblockTable, COUNTED, WHOLE};
 use crate::pcp::{PcpLocked, PcpSlot};
-use crate::sync::{AtomicU64, AtomicU8, Lock, LockGuard, Ordering, SeqCount};
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, Lock, LockGuard, Ordering, SeqCount};
 use crate::types::{
     Migratetype, Order, Pfn, Wmark, ZoneId, ZoneType, MAX_NR_ZONES, MIGRATE_PCPTYPES,
     MIGRATE_TYPES, NR_ORDERS_MAX,
@@ -174,6 +174,10 @@ pub(crate) struct ZoneCounters {
     /// Present pages taken offline (`offline_pages`): `present` and `managed`
     /// less this are the zone's memory now.
     pub nr_offline: Counter,
+    /// Pages hot-added since construction (`add_memory`): present and managed.
+    pub nr_added: Counter,
+    /// Reserved pages given to the allocator (`free_reserved_area`): managed now.
+    pub nr_released: Counter,
     /// Set when a free leaves a block of at least the reporting order on the lists
     /// (`page_reporting_notify_free()`); cleared by the reporting pass. Written
     /// only under the zone lock.
@@ -235,6 +239,10 @@ pub(crate) struct Zone {
     /// The per-CPU stacks in front of `pcp` (see `rseq`); empty where the
     /// process cannot use them or the configuration turns them off.
     pub stacks: crate::rseq::Stacks,
+    /// Frozen blocks whose free found the zone lock taken (`free_pages_nolock`),
+    /// a stack linked through their `prev` links: the first one's index, `NIL`
+    /// for none (see `defer_free`).
+    pub deferred: AtomicU32,
 }
 
 /// Proof that the zone lock is held; gives access to the free lists.
@@ -277,44 +285,50 @@ impl Drop for ZoneLocked<'_> {
 }
 
 impl Zone {
-    /// Builds a zone whose frames are all taken (`Tail`, or `Hole`); the buddy layer
-    /// then frees the present ones (`ZoneLocked::release_initial_frames`). Cost:
-    /// linear in the spanned frames. `cma`: the configuration has CMA areas.
-    #[allow(clippy::too_many_arguments)]
+    /// Builds a zone whose frames are all taken (`Tail`, `Hole`, or reserved);
+    /// the buddy layer then frees the present ones that are not reserved
+    /// (`ZoneLocked::release_initial_frames`). Its frame table comes from `src`,
+    /// backed only where `zc` has memory (see `memmap`); its locks disable
+    /// interrupts through `config.platform`. Cost: linear in the present frames
+    /// and in the spanned pageblocks.
     pub fn new(
         id: ZoneId,
         index: usize,
         zc: &ZoneConfig,
-        max_order: Order,
-        pageblock_order: Order,
-        mobility_grouping: bool,
-        nr_cpus: usize,
-        cma: bool,
+        config: &Config,
+        src: &mut TableSource<'_>,
     ) -> Result<Zone, ConfigError> {
+        let (max_order, pageblock_order) = (config.max_order, config.pageblock_order);
         let start = zc.start_pfn.0;
         let spanned = zc.spanned_pages;
         let end = start + spanned;
+        let present_ranges = zc.present_ranges();
         let no_memory = ConfigError::Metadata {
-            bytes: zone_metadata_bytes(spanned),
+            bytes: match src {
+                TableSource::Own => config.metadata_bytes(),
+                TableSource::Given(_) => zone_metadata_bytes(spanned),
+            },
         };
         let frames = usize::try_from(spanned)
             .ok()
-            .and_then(|nr| FrameTable::new(start, nr, ZONE_LISTS))
+            .and_then(|nr| FrameTable::build(start, nr, ZONE_LISTS, &present_ranges, src))
             .ok_or(no_memory)?;
         let lists = core::array::from_fn(|o| {
             core::array::from_fn(|mt| FreeList::new(&frames, o * MIGRATE_TYPES + mt))
         });
-        let mut holes = 0u64;
-        for &(h, n) in &zc.holes {
-            for p in h.0..h.0 + n {
+        let present: u64 = present_ranges.iter().map(|&(a, b)| b - a).sum();
+        // Reserved frames (validated: present memory) stay out until released.
+        let mut reserved = 0u64;
+        for &(r, n) in &config.reserved {
+            let (a, b) = (r.0.max(start), r.0.saturating_add(n).min(end));
+            for p in a..b {
                 let i = (p - start) as u32;
-                if frames.word(i).tag() != Tag::Hole {
-                    holes += 1;
-                    frames.set_word(i, Word::HOLE);
+                if frames.word(i) == Word::TAIL {
+                    frames.set_word(i, Word::RESERVED);
+                    reserved += 1;
                 }
             }
         }
-        let present = spanned - holes;
         let pb = pageblock_order.0;
         let pb_nr = 1u64 << pb;
         let (first_block, nr_blocks) = if spanned == 0 {
@@ -323,7 +337,10 @@ impl Zone {
             (start >> pb, ((end - 1) >> pb) - (start >> pb) + 1)
         };
         let offset = start & (pb_nr - 1);
-        let is_hole = |p: u64| frames.word((p - start) as u32).tag() == Tag::Hole;
+        let is_hole = |p: u64| {
+            let i = present_ranges.partition_point(|&(_, e)| e <= p);
+            present_ranges.get(i).is_none_or(|&(a, _)| a > p)
+        };
         let block_flags = (0..nr_blocks as usize).map(|k| {
             let b = first_block + k as u64;
             let bstart = b << pb;
@@ -339,7 +356,10 @@ impl Zone {
             f
         });
         let blocks = PageblockTable::new(first_block, pb, block_flags).ok_or(no_memory)?;
-        let managed = present;
+        let managed = present - reserved;
+        let irq = config.platform;
+        let (nr_cpus, mobility_grouping) = (config.nr_cpus, config.mobility_grouping);
+        let cma = !config.cma.is_empty();
         let zone = Zone {
             id,
             index,
@@ -357,18 +377,21 @@ impl Zone {
                 || managed < pb_nr * (MIGRATE_TYPES as u64 - u64::from(!cma)),
             frames,
             blocks,
-            free: Lock::new(FreeArea {
-                lists,
-                nonempty: [0; MIGRATE_TYPES],
-                nr_reserved_highatomic: 0,
-                report: ReportArea {
-                    order: ReportArea::OFF,
-                    reported: alloc::vec::Vec::new(),
-                    units: 0,
-                    in_flight: alloc::vec::Vec::new(),
+            free: Lock::new(
+                FreeArea {
+                    lists,
+                    nonempty: [0; MIGRATE_TYPES],
+                    nr_reserved_highatomic: 0,
+                    report: ReportArea {
+                        order: ReportArea::OFF,
+                        reported: alloc::vec::Vec::new(),
+                        units: 0,
+                        in_flight: alloc::vec::Vec::new(),
+                    },
+                    offline: alloc::vec::Vec::new(),
                 },
-                offline: alloc::vec::Vec::new(),
-            }),
+                irq,
+            ),
             seq: SeqCount::new(),
             counters: ZoneCounters {
                 nr_free: core::array::from_fn(|_| counters()),
@@ -380,6 +403,8 @@ impl Zone {
                 nr_reserved_highatomic: Counter::new(),
                 nr_reported: Counter::new(),
                 nr_offline: Counter::new(),
+                nr_added: Counter::new(),
+                nr_released: Counter::new(),
                 report_pending: crate::sync::AtomicBool::new(false),
             },
             events: ZoneEvents {
@@ -396,7 +421,8 @@ impl Zone {
             boost_factor: 0,
             lowmem_reserve: atomic_array(),
             flags: AtomicU8::new(0),
-            pcp: (0..nr_cpus).map(|_| PcpSlot::new(1, 0, 0)).collect(),
+            pcp: (0..nr_cpus).map(|_| PcpSlot::new(1, 0, 0, irq)).collect(),
+            deferred: AtomicU32::new(crate::frame::NIL),
             stacks: crate::rseq::Stacks::none(),
         };
         let counted = (0..zone.blocks.len())
@@ -428,6 +454,47 @@ impl Zone {
         let area = self.free.lock();
         self.seq.write_begin();
         ZoneLocked { zone: self, area }
+    }
+
+    /// Takes the zone lock if it is free now; never waits.
+    #[inline]
+    pub fn try_lock(&self) -> Option<ZoneLocked<'_>> {
+        let area = self.free.try_lock()?;
+        self.seq.write_begin();
+        Some(ZoneLocked { zone: self, area })
+    }
+
+    /// Puts frozen block `idx` (its word `Frozen` with its order; the caller owns
+    /// it) on the zone's list of frees that found the zone lock taken
+    /// (`free_pages_nolock`), linked through the frames' `prev` links; the next
+    /// holder of the zone lock on a free path merges them
+    /// (`ZoneLocked::free_deferred`). Lock-free: one compare-and-swap, retried
+    /// while other frees push.
+    pub(crate) fn defer_free(&self, idx: u32) {
+        let t = self.frames.view();
+        // Relaxed: the compare-and-swap below orders it.
+        let mut head = self.deferred.load(Ordering::Relaxed);
+        loop {
+            t.set_prev(idx, head);
+            // Release: the link and the frozen word are seen by the holder that
+            // takes the list (Acquire swap in `free_deferred`).
+            match self.deferred.compare_exchange_weak(
+                head,
+                idx,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Whether frees wait on the deferred list (a hint: whoever acts takes the
+    /// zone lock).
+    #[inline]
+    pub(crate) fn has_deferred(&self) -> bool {
+        self.deferred.load(Ordering::Relaxed) != crate::frame::NIL
     }
 
     /// Whether `pfn` lies in the zone's span.
@@ -483,16 +550,18 @@ impl Zone {
             + self.watermark_boost.load(Ordering::Relaxed)
     }
 
-    /// Present pages now: `present` less those offline.
+    /// Present pages now: `present`, plus those hot-added, less those offline.
     #[inline]
     pub fn present_now(&self) -> u64 {
-        self.present - self.counters.nr_offline.get()
+        self.present + self.counters.nr_added.get() - self.counters.nr_offline.get()
     }
 
-    /// Managed pages now: `managed` less those offline.
+    /// Managed pages now: `managed`, plus those hot-added and those released
+    /// from the boot reservations, less those offline.
     #[inline]
     pub fn managed_now(&self) -> u64 {
-        self.managed - self.counters.nr_offline.get()
+        self.managed + self.counters.nr_added.get() + self.counters.nr_released.get()
+            - self.counters.nr_offline.get()
     }
 
     #[inline]
