@@ -243,6 +243,15 @@ fn next_whole(t: u64) -> u64 {
         .saturating_mul(DECAY_INTERVAL_NS)
 }
 
+/// This thread's time on a CPU so far, ns (the first field of Linux's
+/// `/proc/thread-self/schedstat`); `None` where there is no such file. Beside the
+/// loop's wall time it tells how much of it the thread actually ran: on a machine
+/// shared with other work the two part.
+fn thread_cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
 /// Fibonacci hashing of a frame number: one multiply, enough for the pfn map.
 #[derive(Default)]
 pub struct PfnHasher(u64);
@@ -288,6 +297,11 @@ struct Held {
     covered_len: usize,
 }
 
+/// Records whose table words `Held::warm` reads ahead of replaying them: enough
+/// misses in flight to fill the memory system's queues, few enough lines to stay
+/// in the first-level cache.
+const WARM_AHEAD: usize = 32;
+
 /// `Held::table` words: a held block's head, and a frame inside one.
 const HELD: u64 = 1 << 63;
 const COVERED: u64 = 1 << 62;
@@ -316,6 +330,23 @@ impl Held {
             len: 0,
             covered_len: 0,
         }
+    }
+
+    /// Reads the table words of the records' frames, all at once: the loads do
+    /// not wait on one another, so their cache misses overlap, where the replay,
+    /// one record after the other, would take them one at a time. What is read is
+    /// thrown away; the lines stay in cache for `apply`.
+    #[inline]
+    fn warm(&self, records: &[Record]) {
+        let mut x = 0u64;
+        for r in records {
+            if let Some(p) = r.event.pfn() {
+                if let Some(&w) = self.table.get(p as usize) {
+                    x ^= w;
+                }
+            }
+        }
+        std::hint::black_box(x);
     }
 
     #[inline]
@@ -514,6 +545,8 @@ pub struct Replayer {
     kernel: KernelCounts,
     events: EventCounts,
     replay_time: Duration,
+    /// On-CPU time of the replay loop (`thread_cpu_ns`), where the system tells it.
+    replay_cpu_ns: Option<u64>,
     first_time_ns: Option<u64>,
     last_time_ns: u64,
     samples: Vec<BuddySample>,
@@ -524,6 +557,9 @@ pub struct Replayer {
     /// Per CPU: the trace time of its next `decay_pcp_high()` (`set_decay`); empty
     /// when off.
     next_decay_ns: Vec<Option<u64>>,
+    /// `Config::max_order` and `pageblock_order`, at hand for the loop.
+    max_order: u8,
+    pageblock_order: Order,
     /// Warm start from the kernel's layout: the frames zonealloc holds for the
     /// kernel's memory in use (empty otherwise).
     pretrace: Pretrace,
@@ -569,8 +605,25 @@ impl Replayer {
             .map(|z| z.end_pfn().0)
             .max()
             .unwrap_or(0);
+        Replayer::with_trace_frames(config, sample_every, end_pfn)
+    }
+
+    /// A replay into a fresh allocator built from `config`, of a trace whose frames
+    /// lie below `trace_frames`: the table of held blocks covers them all, so
+    /// that every lookup is one load (a zoneinfo layout cuts a zone's hole, which
+    /// a trace's frames lie past; `new` sizes the table by the configuration).
+    ///
+    /// # Errors
+    /// The configuration's first problem.
+    pub fn with_trace_frames(
+        config: Config,
+        sample_every: u64,
+        trace_frames: u64,
+    ) -> Result<Replayer, ConfigError> {
+        let end_pfn = trace_frames;
         let za = ZoneAllocator::new(config)?;
         let max_order = za.config().max_order.0 as usize;
+        let za_pb = za.config().pageblock_order;
         let pageblocks_at_start = za.free_counts().iter().map(|z| z.nr_blocks).collect();
         let pcp_baseline = za.pcp_stats().into_iter().map(|z| z.cpus).collect();
         let mut r = Replayer {
@@ -587,6 +640,7 @@ impl Replayer {
             kernel: KernelCounts::default(),
             events: EventCounts::default(),
             replay_time: Duration::ZERO,
+            replay_cpu_ns: Some(0),
             first_time_ns: None,
             last_time_ns: 0,
             samples: Vec::new(),
@@ -595,6 +649,8 @@ impl Replayer {
             replayed: 0,
             pageblocks_at_start,
             next_decay_ns: Vec::new(),
+            max_order: max_order as u8,
+            pageblock_order: za_pb,
             pretrace: Pretrace::default(),
             start_ns: 0,
             uninit: Vec::new(),
@@ -638,6 +694,17 @@ impl Replayer {
     /// Replays `records` in order. Only the replay loop is timed; `buddyinfo()`
     /// samples are taken between timed segments.
     pub fn replay(&mut self, records: &[Record]) {
+        // On-CPU time for the whole call: the samples between segments (a few
+        // microseconds each) are in it, the reads of the clock are not.
+        let c0 = thread_cpu_ns();
+        self.replay_records(records);
+        self.replay_cpu_ns = match (self.replay_cpu_ns, c0, thread_cpu_ns()) {
+            (Some(sum), Some(a), Some(b)) => Some(sum + b.saturating_sub(a)),
+            _ => None,
+        };
+    }
+
+    fn replay_records(&mut self, records: &[Record]) {
         let mut rest = records;
         while !rest.is_empty() {
             let mut n = if self.sample_every == 0 {
@@ -656,8 +723,11 @@ impl Replayer {
             }
             let (seg, tail) = rest.split_at(n);
             let t0 = Instant::now();
-            for r in seg {
-                self.apply(r);
+            for group in seg.chunks(WARM_AHEAD) {
+                self.live.warm(group);
+                for r in group {
+                    self.apply(r);
+                }
             }
             self.replay_time += t0.elapsed();
             self.replayed += seg.len() as u64;
@@ -819,9 +889,12 @@ impl Replayer {
         self.events.add(r.event.kind());
         let cpu = r.cpu as usize;
         let live = &self.live;
-        let action = Action::of(&r.event, self.za.config().max_order.0, |p| {
-            live.get(p).map(|l| l.order)
-        });
+        let action = Action::of_covered(
+            &r.event,
+            self.max_order,
+            |p| live.get(p).map(|l| l.order),
+            |p| live.covered_get(p),
+        );
         match action {
             Action::KernelFailedAlloc => self.counts.kernel_failed_allocs += 1,
             Action::Alloc {
@@ -889,7 +962,7 @@ impl Replayer {
                         k.resize(cpu + 1, 0);
                     }
                     k[cpu] += 1;
-                    let slot = pcp_order_slot(Order(order), self.za.config().pageblock_order);
+                    let slot = pcp_order_slot(Order(order), self.pageblock_order);
                     bump(&mut self.kernel.refill_by_cpu_order, cpu, slot);
                 } else {
                     self.kernel.zone_locked_other += 1;
@@ -908,7 +981,7 @@ impl Replayer {
                     k.resize(cpu + 1, 0);
                 }
                 k[cpu] += 1;
-                let slot = pcp_order_slot(Order(order), self.za.config().pageblock_order);
+                let slot = pcp_order_slot(Order(order), self.pageblock_order);
                 bump(&mut self.kernel.drain_by_cpu_order, cpu, slot);
                 if !self.pretrace.is_empty() {
                     self.reclaim_kernel_frames(cpu, pfn, order);
@@ -922,7 +995,7 @@ impl Replayer {
                 change_ownership,
             } => {
                 self.kernel.extfrag += 1;
-                if u32::from(fallback_order) < u32::from(self.za.config().pageblock_order.0) {
+                if fallback_order < self.pageblock_order.0 {
                     self.kernel.extfrag_fragmenting += 1;
                 }
                 if change_ownership {
@@ -1548,6 +1621,7 @@ impl Replayer {
             timing: Timing {
                 events,
                 replay_ns: self.replay_time.as_nanos() as u64,
+                replay_cpu_ns: self.replay_cpu_ns,
                 ns_per_event: if events > 0 { ns / events as f64 } else { 0.0 },
                 ns_per_allocator_call: if self.counts.allocator_calls > 0 {
                     ns / self.counts.allocator_calls as f64
@@ -1886,6 +1960,10 @@ pub struct Timing {
     pub events: u64,
     /// Wall time of the replay loop, parsing and sampling excluded.
     pub replay_ns: u64,
+    /// The time the replaying thread was on a CPU while it replayed (Linux's
+    /// schedstat; `None` elsewhere): the loop's cost without the time other work
+    /// held the CPU, the `buddyinfo()` samples between segments included.
+    pub replay_cpu_ns: Option<u64>,
     /// `replay_ns / events`.
     pub ns_per_event: f64,
     /// `replay_ns / allocator_calls`.
@@ -2208,6 +2286,16 @@ impl fmt::Display for ReplayReport {
             per_s(c.allocator_calls, t.replay_ns) / 1e6,
             t.trace_span_ns as f64 / 1e9
         )?;
+        if let Some(cpu) = t.replay_cpu_ns.filter(|&c| c > 0) {
+            writeln!(
+                f,
+                "  on a CPU {:.3} ms ({:.0} % of the loop's wall time; samples between segments in it): {:.1} ns/event, {:.1} M events/s of CPU time",
+                cpu as f64 / 1e6,
+                cpu as f64 * 100.0 / t.replay_ns.max(1) as f64,
+                cpu as f64 / t.events.max(1) as f64,
+                per_s(t.events, cpu) / 1e6
+            )?;
+        }
         if t.end_to_end_ns > 0 {
             writeln!(
                 f,
@@ -2465,7 +2553,17 @@ pub fn run_with_state(
     let build = |nr_cpus| {
         let mut config = opts.layout.config(opts.holes, nr_cpus);
         config.mobility_grouping = opts.mobility_grouping;
-        Replayer::new(config, opts.sample_every)
+        // The held-block table covers the traced machine's frames (its zones'
+        // spans), not only the ones the replay builds.
+        let frames = opts.layout.end_pfn().unwrap_or(0);
+        let built = config
+            .nodes
+            .iter()
+            .flat_map(|n| n.zones.iter())
+            .map(|z| z.end_pfn().0)
+            .max()
+            .unwrap_or(0);
+        Replayer::with_trace_frames(config, opts.sample_every, frames.max(built))
     };
     // With the CPU count known, the allocator is built while the decoder thread
     // starts on the file; else the first chunk tells the count.
