@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Builds the demo kernel (release) and boots it under QEMU (TCG, 4 vCPUs, 5 GiB:
-# DMA, DMA32 and Normal zones with the PCI hole between them), printing its serial
-# output. Exits 0 if the kernel reached its pass verdict, non-zero otherwise.
+# Builds the demo kernel (release) and boots it under QEMU (TCG, 4 vCPUs, 5 GiB
+# in two NUMA nodes of 2.5 GiB, CPUs 0-1 on node 0 and 2-3 on node 1, distance
+# 21), printing its serial output. Exits 0 if the kernel reached its pass
+# verdict, non-zero otherwise.
 #
-#   bash kernel-demo/run.sh                         # stage 1
-#   KERNEL_DEMO_FEATURES=timer-alloc bash kernel-demo/run.sh
+#   bash kernel-demo/run.sh
+#   KERNEL_DEMO_CMDLINE="timer_alloc=off hotadd_mib=0" bash kernel-demo/run.sh
+#   KERNEL_DEMO_NODES=1 bash kernel-demo/run.sh     # no -numa: one node, no SRAT
 #
-# Environment: KERNEL_DEMO_FEATURES (cargo features), KERNEL_DEMO_TIMEOUT (seconds
-# QEMU may run, default 240), KERNEL_DEMO_SMP (default 4), KERNEL_DEMO_MEM
-# (default 5G), CARGO_TARGET_DIR (default kernel-demo/target).
+# Environment: KERNEL_DEMO_CMDLINE (the kernel's command line: timer_alloc=off,
+# hotadd_mib=N), KERNEL_DEMO_FEATURES (cargo features), KERNEL_DEMO_TIMEOUT
+# (seconds QEMU may run, default 240), KERNEL_DEMO_SMP (default 4),
+# KERNEL_DEMO_MEM_MIB (default 5120), KERNEL_DEMO_NODES (1 or 2, default 2),
+# CARGO_TARGET_DIR (default kernel-demo/target).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -16,12 +20,33 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 features="${KERNEL_DEMO_FEATURES:-}"
 timeout_s="${KERNEL_DEMO_TIMEOUT:-240}"
 smp="${KERNEL_DEMO_SMP:-4}"
-mem="${KERNEL_DEMO_MEM:-5G}"
+mem_mib="${KERNEL_DEMO_MEM_MIB:-5120}"
+nodes="${KERNEL_DEMO_NODES:-2}"
+cmdline="${KERNEL_DEMO_CMDLINE:-}"
+
+# Two nodes: each a RAM backend of half the memory and half the CPUs; QEMU
+# writes the SRAT (and, with a distance given, the SLIT) from these.
+numa=()
+if [ "$nodes" = 2 ]; then
+    half=$((mem_mib / 2))
+    last=$((smp - 1))
+    mid=$((smp / 2))
+    numa=(
+        -object "memory-backend-ram,id=m0,size=${half}M"
+        -object "memory-backend-ram,id=m1,size=$((mem_mib - half))M"
+        -numa "node,nodeid=0,cpus=0-$((mid - 1)),memdev=m0"
+        -numa "node,nodeid=1,cpus=${mid}-${last},memdev=m1"
+        -numa "dist,src=0,dst=1,val=21"
+    )
+elif [ "$nodes" != 1 ]; then
+    echo "run.sh: KERNEL_DEMO_NODES must be 1 or 2" >&2
+    exit 2
+fi
 
 cargo build --release ${features:+--features "$features"}
 kernel="$CARGO_TARGET_DIR/x86_64-unknown-none/release/kernel-demo"
 
-echo "==> qemu-system-x86_64 -smp $smp -m $mem (TCG), kernel $kernel${features:+, features: $features}"
+echo "==> qemu-system-x86_64 -smp $smp -m ${mem_mib}M, $nodes node(s) (TCG), kernel $kernel${features:+, features: $features}${cmdline:+, command line: $cmdline}"
 # QEMU's monitor on a pair of FIFOs: if the kernel hangs past the timeout (every
 # CPU spinning with interrupts disabled leaves its own watchdog no tick), the
 # monitor says where each CPU is before QEMU is stopped.
@@ -39,8 +64,8 @@ start=$SECONDS
 # `timeout` is the backstop; the loop below stops QEMU first, at `timeout_s`, so
 # that it can ask the monitor where the CPUs are.
 timeout --kill-after=5 $((timeout_s + 20)) qemu-system-x86_64 \
-    -kernel "$kernel" \
-    -smp "$smp" -m "$mem" \
+    -kernel "$kernel" -append "$cmdline" \
+    -smp "$smp" -m "${mem_mib}M" "${numa[@]}" \
     -accel tcg,thread=multi \
     -chardev stdio,id=com1,logfile="$work/serial.log" -serial chardev:com1 \
     -display none -monitor pipe:"$work/monitor" -no-reboot \
@@ -126,6 +151,7 @@ case $status in
     57) verdict="check_invariants reported a violation" ;;
     59) verdict="the kernel's watchdog fired (a hang)" ;;
     61) verdict="a stack overflowed" ;;
+    63) verdict="reserved memory was not released, or arriving memory not added" ;;
     124) verdict="QEMU ran past ${timeout_s} s and was stopped" ;;
     0) verdict="QEMU exited without a verdict (a triple fault resets, and -no-reboot ends it)" ;;
     *) verdict="QEMU exited with status $status" ;;

@@ -65,6 +65,7 @@ fn write(offset: usize, value: u32) {
 /// Remaps the legacy PICs to vectors 0x20..0x30 (off the exceptions, where the
 /// BIOS leaves them) and masks every line. A spurious IRQ 7 or 15 can still
 /// arrive; the interrupt dispatcher ignores those vectors.
+#[link_section = ".init.text"]
 pub fn disable_legacy_pic() {
     let mut cmd1 = Port::<u8>::new(0x20);
     let mut data1 = Port::<u8>::new(0x21);

@@ -49,6 +49,8 @@ extern "C" {
     static boot_stack_bottom: u8;
     static __kernel_start: u8;
     static __kernel_end: u8;
+    static __init_start: u8;
+    static __init_end: u8;
 }
 
 /// The trampoline's code and data, to copy to `TRAMPOLINE_ADDR`.
@@ -74,6 +76,15 @@ pub fn kernel_image() -> (u64, u64) {
     )
 }
 
+/// What only boot uses, `[start, end)`, page aligned (see link.ld): given to the
+/// allocator once the application processors are up.
+pub fn init_area() -> (u64, u64) {
+    (
+        core::ptr::addr_of!(__init_start) as u64,
+        core::ptr::addr_of!(__init_end) as u64,
+    )
+}
+
 global_asm!(
     r#"
     .section .multiboot, "a"
@@ -88,7 +99,7 @@ multiboot_header:
     .long __kernel_end                  /* bss_end_addr */
     .long start32                       /* entry_addr */
 
-    .section .text.boot, "ax"
+    .section .init.boot, "ax"
     .code32
     .global start32
 start32:
@@ -175,7 +186,7 @@ start64:
 
     /* Copied to TRAMPOLINE_ADDR; an application processor starts at its first
        byte in real mode, CS = TRAMPOLINE_ADDR >> 4, IP = 0. */
-    .section .rodata.trampoline, "a"
+    .section .init.rodata, "a"
     .code16
     .global trampoline_start
 trampoline_start:
@@ -199,7 +210,7 @@ trampoline_end:
     /* Null, 64-bit code (0x08), data (0x10), 32-bit code (0x18, for the
        trampoline's jump to protected mode). Accessed bits set: the CPU never
        writes them. */
-    .section .data.boot, "aw"
+    .section .init.data, "aw"
     .balign 16
 boot_gdt:
     .quad 0

@@ -42,6 +42,9 @@ pub enum Exit {
     Watchdog = 0x1d,
     /// A stack's lowest word was overwritten (61).
     StackOverflow = 0x1e,
+    /// Reserved memory could not be released, or arriving memory added, or the
+    /// zone did not grow by it (63).
+    Memory = 0x1f,
 }
 
 /// Ends the run with `why`'s status. Never returns: if the device is missing

@@ -14,6 +14,8 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use linked_list_allocator::Heap;
 use spin::Mutex;
 
+use crate::cpu;
+
 /// The global allocator.
 pub struct KernelHeap {
     heap: Mutex<Heap>,
@@ -22,6 +24,8 @@ pub struct KernelHeap {
     allocs: AtomicU64,
     /// Most bytes in use at once (relaxed, updated under the heap lock).
     peak: AtomicU64,
+    /// The largest single allocation, bytes (relaxed, as `peak`).
+    largest: AtomicU64,
 }
 
 #[global_allocator]
@@ -29,6 +33,7 @@ static HEAP: KernelHeap = KernelHeap {
     heap: Mutex::new(Heap::empty()),
     allocs: AtomicU64::new(0),
     peak: AtomicU64::new(0),
+    largest: AtomicU64::new(0),
 };
 
 /// Hands `[start, start + bytes)` to the heap.
@@ -41,37 +46,62 @@ pub unsafe fn init(start: u64, bytes: u64) {
     unsafe { HEAP.heap.lock().init(start as *mut u8, bytes as usize) };
 }
 
-/// Heap statistics: (allocations served, bytes in use, peak bytes, size).
-pub fn stats() -> (u64, u64, u64, u64) {
-    let h = HEAP.heap.lock();
-    (
-        HEAP.allocs.load(Ordering::Relaxed),
-        h.used() as u64,
-        HEAP.peak.load(Ordering::Relaxed),
-        h.size() as u64,
-    )
+/// Heap statistics.
+#[derive(Clone, Copy, Debug)]
+pub struct Stats {
+    /// Allocations served.
+    pub allocs: u64,
+    /// Bytes in use.
+    pub used: u64,
+    /// Most bytes in use at once.
+    pub peak: u64,
+    /// The largest single allocation.
+    pub largest: u64,
+    /// The heap's size.
+    pub size: u64,
+}
+
+/// The heap's statistics now.
+pub fn stats() -> Stats {
+    cpu::without_interrupts(|| {
+        let h = HEAP.heap.lock();
+        Stats {
+            allocs: HEAP.allocs.load(Ordering::Relaxed),
+            used: h.used() as u64,
+            peak: HEAP.peak.load(Ordering::Relaxed),
+            largest: HEAP.largest.load(Ordering::Relaxed),
+            size: h.size() as u64,
+        }
+    })
 }
 
 // SAFETY: `Heap` hands out disjoint, suitably aligned blocks of the region it was
-// given and takes back exactly what it handed out; the mutex serialises it.
+// given and takes back exactly what it handed out; the mutex serialises it, taken
+// with interrupts disabled so that no handler can wait for it on its own CPU.
 unsafe impl GlobalAlloc for KernelHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let mut h = self.heap.lock();
-        match h.allocate_first_fit(layout) {
-            Ok(p) => {
-                self.allocs.fetch_add(1, Ordering::Relaxed);
-                self.peak.fetch_max(h.used() as u64, Ordering::Relaxed);
-                p.as_ptr()
+        cpu::without_interrupts(|| {
+            let mut h = self.heap.lock();
+            match h.allocate_first_fit(layout) {
+                Ok(p) => {
+                    self.allocs.fetch_add(1, Ordering::Relaxed);
+                    self.peak.fetch_max(h.used() as u64, Ordering::Relaxed);
+                    self.largest
+                        .fetch_max(layout.size() as u64, Ordering::Relaxed);
+                    p.as_ptr()
+                }
+                Err(()) => null_mut(),
             }
-            Err(()) => null_mut(),
-        }
+        })
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if let Some(p) = NonNull::new(ptr) {
-            // SAFETY: `ptr` came from `alloc` with this layout (GlobalAlloc's
-            // contract).
-            unsafe { self.heap.lock().deallocate(p, layout) };
+            cpu::without_interrupts(|| {
+                // SAFETY: `ptr` came from `alloc` with this layout (GlobalAlloc's
+                // contract).
+                unsafe { self.heap.lock().deallocate(p, layout) };
+            });
         }
     }
 }

@@ -178,8 +178,15 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
             tick::on_tick(frame.rip, frame.rflags);
             apic::eoi();
         }
-        // The watchdog's NMI: say where this CPU was, and stop.
-        2 if tick::watchdog_fired() => tick::on_watchdog_nmi(frame.rip, frame.rflags),
+        // NMIs: TLB shootdowns and escalated barriers (`cpu::on_nmi`), or the
+        // watchdog's, which says where this CPU was, and stops it. One NMI may
+        // find its request already served by an earlier one: nothing to do.
+        2 => {
+            cpu::on_nmi();
+            if tick::watchdog_fired() {
+                tick::on_watchdog_nmi(frame.rip, frame.rflags);
+            }
+        }
         v if v == u64::from(SYNC_VECTOR) => {
             cpu::on_sync_ipi();
             apic::eoi();

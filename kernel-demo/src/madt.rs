@@ -3,7 +3,7 @@
 //!
 //! Runs on the bootstrap processor before the heap exists: the `acpi` crate's
 //! table walk needs no allocator, only a way to reach physical memory, which the
-//! identity map gives.
+//! identity map gives. `srat` finds its tables through the same `tables()`.
 
 use core::ptr::NonNull;
 
@@ -15,7 +15,7 @@ use crate::cpu::MAX_CPUS;
 
 /// ACPI's view of physical memory: the identity map.
 #[derive(Clone, Copy, Debug)]
-struct IdentityMapped;
+pub struct IdentityMapped;
 
 impl AcpiHandler for IdentityMapped {
     unsafe fn map_physical_region<T>(
@@ -53,15 +53,24 @@ impl Cpus {
     }
 }
 
+/// The ACPI tables, found through the RSDP in the BIOS areas.
+///
+/// # Errors
+/// No RSDP there.
+#[link_section = ".init.text"]
+pub fn tables() -> Result<AcpiTables<IdentityMapped>, &'static str> {
+    // SAFETY: this is a BIOS machine (QEMU's SeaBIOS, Multiboot boot), so the
+    // EBDA pointer and the BIOS area the search reads are there, identity mapped.
+    unsafe { AcpiTables::search_for_rsdp_bios(IdentityMapped) }
+        .map_err(|_| "no ACPI RSDP in the BIOS areas")
+}
+
 /// Reads the MADT.
 ///
 /// # Errors
-/// No RSDP in the BIOS areas, or no MADT.
-pub fn find_cpus() -> Result<Cpus, &'static str> {
-    // SAFETY: this is a BIOS machine (QEMU's SeaBIOS, Multiboot boot), so the
-    // EBDA pointer and the BIOS area the search reads are there, identity mapped.
-    let tables = unsafe { AcpiTables::search_for_rsdp_bios(IdentityMapped) }
-        .map_err(|_| "no ACPI RSDP in the BIOS areas")?;
+/// No MADT.
+#[link_section = ".init.text"]
+pub fn find_cpus(tables: &AcpiTables<IdentityMapped>) -> Result<Cpus, &'static str> {
     let madt = tables.find_table::<Madt>().map_err(|_| "no MADT")?;
     let mut cpus = Cpus {
         apic_ids: [0; MAX_CPUS],

@@ -46,6 +46,7 @@ pub fn stack_of(cpu: usize) -> (u64, u64) {
 
 /// Starts every CPU in `apic_ids` but the caller's; returns how many CPUs run,
 /// the caller included. Ends the run with `Exit::Smp` if one fails to come up.
+#[link_section = ".init.text"]
 pub fn start_aps(apic_ids: &[u32]) -> usize {
     let tramp = boot::trampoline();
     assert!(tramp.len() <= 4096);

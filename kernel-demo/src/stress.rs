@@ -23,13 +23,28 @@
 //!   ledger: frames held by the stress and the timer handlers + free frames on the
 //!   buddy lists + frames on the per-CPU lists = managed frames, and the
 //!   allocator's own count of allocated frames (`check_invariants`, every
-//!   `CHECK_EVERY` rounds) = frames held. Then it makes every CPU pass a barrier
-//!   by IPI (`cpu::sync_cpu`).
+//!   `CHECK_EVERY` rounds) = frames held. A `free_pages_nolock` that found its
+//!   locks taken left its block on the zone's deferred list, which neither count
+//!   shows (zonealloc has no count of it); if the ledger is short, CPU 0 merges
+//!   those with `drain_all_pages` and checks again, exactly. Then it makes every
+//!   CPU pass a barrier by IPI (`cpu::sync_cpu`).
+//! * **Barriers with interrupts off.** After D every CPU, with interrupts
+//!   disabled, syncs the next CPU and the previous one (`cpu::sync_cpu`): every
+//!   CPU waits on another that is waiting too, which only works because a
+//!   waiting CPU serves the requests made of it. During the churn, one
+//!   operation in `SYNC_ONE_IN` is such a sync of a random other CPU.
+//! * **Memory arrives.** Halfway through round `HOTADD_ROUND`'s churn, with the
+//!   other CPUs allocating, CPU 0 adds the memory the kernel booted without
+//!   (`hotadd`); its checkpoint checks the zone grew and that its new frames are
+//!   handed out.
 //!
 //! # What a block proves
 //!
 //! Every block handed out must lie in usable RAM, outside everything the kernel
-//! reserved, and below the limit of the zone its GFP allows. Its first and last
+//! still reserves (or in memory that has arrived), and below the limit of the
+//! zone its GFP allows. Each CPU counts the blocks that came from its own node:
+//! `alloc_pages` starts from the calling CPU's node, so every request that a
+//! zone of that node can serve should be served there while it has memory. Its first and last
 //! words get a tag (CPU, sequence number) when it is allocated, checked when it
 //! is freed: a block handed to two owners at once shows as a changed tag.
 //! Any failure prints what it saw and ends the run with its own status.
@@ -38,14 +53,13 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use spin::{Barrier, Mutex, Once};
-use zonealloc::{FreeError, Gfp, Order, Pfn, ZoneAllocator};
+use zonealloc::{FreeError, Gfp, Order, Pfn, ZoneAllocator, ZoneType};
 
 use crate::bootmem::PAGE_BYTES;
 use crate::cpu::{self, MAX_CPUS};
 use crate::exit::{exit, Exit};
-use crate::tick::{self, CORE_LOCKS_DISABLE_IRQS, TIMER_ALLOCATES};
 use crate::zones::{DMA32_END_PFN, DMA_END_PFN};
-use crate::{fatal_print, heap, time, BOOT};
+use crate::{fatal_print, heap, hotadd, tick, time, BOOT};
 
 /// Rounds of the stress.
 pub const ROUNDS: u32 = 40;
@@ -62,6 +76,11 @@ const REFREE_PER_ROUND: usize = 4;
 const CHECK_EVERY: u32 = 5;
 /// Order weights, percent, orders 0..=10.
 const ORDER_WEIGHTS: [u32; 11] = [40, 20, 12, 10, 5, 4, 3, 2, 2, 1, 1];
+/// One churn operation in this many also syncs a random other CPU with
+/// interrupts disabled.
+const SYNC_ONE_IN: u64 = 256;
+/// The round in whose churn the absent memory is added.
+pub const HOTADD_ROUND: u32 = ROUNDS / 4;
 
 /// A block held by the stress or a timer handler.
 #[derive(Clone, Copy, Debug)]
@@ -103,7 +122,8 @@ macro_rules! fail {
 /// reservations and below `ceiling_pfn`, then tags it.
 pub fn claim(block: &Block, ceiling_pfn: u64) {
     let boot = BOOT.get().expect("boot memory is set before the stress");
-    if !boot.is_usable(block.pfn, block.nr_pages()) {
+    if !boot.is_usable(block.pfn, block.nr_pages()) && !hotadd::arrived(block.pfn, block.nr_pages())
+    {
         fail!(
             Exit::BlockOutsideRam,
             "block pfn {:#x} order {} is not usable RAM (a hole or the kernel's own)",
@@ -129,8 +149,17 @@ pub fn claim(block: &Block, ceiling_pfn: u64) {
     }
 }
 
-/// Checks a held block's tags, then frees it.
-pub fn release(za: &ZoneAllocator, block: Block) {
+/// Which free call a release makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// `free_pages`.
+    Locking,
+    /// `free_pages_nolock`.
+    NoLock,
+}
+
+/// Checks a held block's tags, then frees it through `via`.
+pub fn release(za: &ZoneAllocator, block: Block, via: Via) {
     let (first, last) = block.words();
     // SAFETY: the block is held by the caller (claimed, not yet freed).
     let (a, b) = unsafe { (first.read_volatile(), last.read_volatile()) };
@@ -146,26 +175,17 @@ pub fn release(za: &ZoneAllocator, block: Block) {
             !block.tag
         );
     }
-    if let Err(e) = za_call(|| za.free_pages(Pfn(block.pfn), Order(block.order))) {
+    let freed = match via {
+        Via::Locking => za.free_pages(Pfn(block.pfn), Order(block.order)),
+        Via::NoLock => za.free_pages_nolock(Pfn(block.pfn), Order(block.order)),
+    };
+    if let Err(e) = freed {
         fail!(
             Exit::FreeRefused,
             "free of held block pfn {:#x} order {} refused: {e}",
             block.pfn,
             block.order
         );
-    }
-}
-
-/// Calls the allocator from thread context. While the timer handler allocates
-/// and the core's locks do not disable interrupts, the call runs with interrupts
-/// disabled, so that the handler never spins on a lock its own CPU holds (see
-/// `tick`).
-#[inline]
-pub fn za_call<R>(f: impl FnOnce() -> R) -> R {
-    if TIMER_ALLOCATES && !CORE_LOCKS_DISABLE_IRQS {
-        cpu::without_interrupts(f)
-    } else {
-        f()
     }
 }
 
@@ -186,6 +206,18 @@ struct CpuStats {
     pages_allocated: AtomicU64,
     round: AtomicU64,
     by_zone: [AtomicU64; 3],
+    /// Blocks from the CPU's own node.
+    local: AtomicU64,
+    /// Blocks from another node though a zone of the CPU's node could serve
+    /// the request.
+    remote: AtomicU64,
+    /// Blocks from another node for requests no zone of the CPU's node can
+    /// serve (a DMA request on a node without ZONE_DMA).
+    remote_forced: AtomicU64,
+    /// Blocks in memory that arrived after boot.
+    in_arrived: AtomicU64,
+    /// `sync_cpu` calls made with interrupts disabled.
+    syncs_irqs_off: AtomicU64,
 }
 
 impl CpuStats {
@@ -200,6 +232,11 @@ impl CpuStats {
             pages_allocated: AtomicU64::new(0),
             round: AtomicU64::new(0),
             by_zone: [const { AtomicU64::new(0) }; 3],
+            local: AtomicU64::new(0),
+            remote: AtomicU64::new(0),
+            remote_forced: AtomicU64::new(0),
+            in_arrived: AtomicU64::new(0),
+            syncs_irqs_off: AtomicU64::new(0),
         }
     }
 }
@@ -249,8 +286,8 @@ static BARRIER: Once<Barrier> = Once::new();
 static NR_CPUS: Once<usize> = Once::new();
 static START_TSC: AtomicU64 = AtomicU64::new(0);
 /// Heap allocations when the stress started and ended, and those the checkpoints
-/// made: the difference is what the allocator's alloc and free paths took from
-/// the heap (relaxed; written by CPU 0 alone).
+/// made: the difference, less the hot-add's, is what the allocator's alloc and
+/// free paths took from the heap (relaxed; written by CPU 0 alone).
 static HEAP_AT_START: AtomicU64 = AtomicU64::new(0);
 static HEAP_AT_END: AtomicU64 = AtomicU64::new(0);
 static HEAP_IN_CHECKPOINTS: AtomicU64 = AtomicU64::new(0);
@@ -291,6 +328,12 @@ struct Worker<'a> {
     held: Vec<Block>,
     seq: u64,
     stats: &'static CpuStats,
+    nr_cpus: usize,
+    /// This CPU's node.
+    node: u16,
+    /// Whether this CPU's node has a zone for requests whose highest zone is
+    /// DMA, DMA32, Normal.
+    node_serves: [bool; 3],
 }
 
 impl Worker<'_> {
@@ -308,16 +351,15 @@ impl Worker<'_> {
     fn alloc_one(&mut self) {
         let mut order = self.pick_order();
         let r = self.rng.below(100);
-        let (gfp, ceiling) = if r < 3 {
+        let (gfp, ceiling, class) = if r < 3 {
             order = order.min(2);
-            (Gfp::KERNEL | Gfp::DMA, DMA_END_PFN)
+            (Gfp::KERNEL | Gfp::DMA, DMA_END_PFN, 0)
         } else if r < 15 {
-            (Gfp::KERNEL | Gfp::DMA32, DMA32_END_PFN)
+            (Gfp::KERNEL | Gfp::DMA32, DMA32_END_PFN, 1)
         } else {
-            (Gfp::KERNEL, u64::MAX)
+            (Gfp::KERNEL, u64::MAX, 2)
         };
-        let za = self.za;
-        let pfn = match za_call(|| za.alloc_pages(gfp, Order(order))) {
+        let pfn = match self.za.alloc_pages(gfp, Order(order)) {
             Ok(Pfn(p)) => p,
             Err(e) => fail!(
                 Exit::AllocFailed,
@@ -340,6 +382,18 @@ impl Worker<'_> {
             2
         };
         self.stats.by_zone[zone].fetch_add(1, Ordering::Relaxed);
+        let node = self.za.zone_id_of(Pfn(pfn)).map(|z| z.node);
+        let count = if node == Some(self.node) {
+            &self.stats.local
+        } else if self.node_serves[class] {
+            &self.stats.remote
+        } else {
+            &self.stats.remote_forced
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        if hotadd::arrived(pfn, block.nr_pages()) {
+            self.stats.in_arrived.fetch_add(1, Ordering::Relaxed);
+        }
         self.stats.allocs.fetch_add(1, Ordering::Relaxed);
         self.stats
             .pages_allocated
@@ -366,24 +420,46 @@ impl Worker<'_> {
             self.stats.handed_off.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        release(self.za, b);
+        release(self.za, b, Via::Locking);
         self.stats.frees.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Makes a random other CPU pass a barrier, with interrupts disabled.
+    fn sync_other(&mut self) {
+        if self.nr_cpus < 2 {
+            return;
+        }
+        let other =
+            (self.cpu + 1 + self.rng.below(self.nr_cpus as u64 - 1) as usize) % self.nr_cpus;
+        let ok = cpu::without_interrupts(|| cpu::sync_cpu(other));
+        if !ok {
+            fail!(Exit::Smp, "cpu {other} did not pass a barrier");
+        }
+        self.stats.syncs_irqs_off.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Frees what the previous CPU passed here.
     fn drain_mailbox(&mut self) {
         let (blocks, n) = MAILBOXES[self.cpu].lock().take();
         for &b in &blocks[..n] {
-            release(self.za, b);
+            release(self.za, b, Via::Locking);
             self.stats.frees.fetch_add(1, Ordering::Relaxed);
             self.stats.remote_frees.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    fn churn(&mut self) {
+    fn churn(&mut self, round: u32) {
         for op in 0..OPS_PER_ROUND {
             if op % 16 == 0 {
                 self.drain_mailbox();
+            }
+            if self.cpu == 0 && round == HOTADD_ROUND && op == OPS_PER_ROUND / 2 {
+                if let Err(e) = hotadd::add(self.za) {
+                    fail!(Exit::Memory, "adding the absent memory: {e}");
+                }
+            }
+            if self.rng.below(SYNC_ONE_IN) == 0 {
+                self.sync_other();
             }
             let alloc =
                 self.held.is_empty() || (self.held.len() < HELD_MAX && self.rng.below(100) < 55);
@@ -406,7 +482,7 @@ impl Worker<'_> {
         let mut n = 0;
         while n < REFREE_PER_ROUND && !self.held.is_empty() {
             let b = self.take_random();
-            release(self.za, b);
+            release(self.za, b, Via::Locking);
             self.stats.frees.fetch_add(1, Ordering::Relaxed);
             freed[n] = b;
             n += 1;
@@ -420,8 +496,7 @@ impl Worker<'_> {
 
     /// A second free of `b`, which must be refused.
     fn refree(&self, b: Block) {
-        let za = self.za;
-        match za_call(|| za.free_pages(Pfn(b.pfn), Order(b.order))) {
+        match self.za.free_pages(Pfn(b.pfn), Order(b.order)) {
             Err(FreeError::AlreadyFree(p)) if p.0 == b.pfn => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
             }
@@ -439,15 +514,17 @@ impl Worker<'_> {
         self.drain_mailbox();
         while !self.held.is_empty() {
             let b = self.take_random();
-            release(self.za, b);
+            release(self.za, b, Via::Locking);
             self.stats.frees.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
 /// Bad frees the allocator must refuse before the stress starts: a frame of the
-/// kernel image (a hole) and a frame past the end of RAM.
+/// kernel image (reserved), a frame of the absent memory (a hole), a frame past
+/// the end of RAM.
 pub fn preflight(za: &ZoneAllocator) {
+    let boot = BOOT.get().expect("boot memory is set before the stress");
     let (image, _) = crate::boot::kernel_image();
     let pfn = image / PAGE_BYTES;
     match za.free_pages(Pfn(pfn), Order(0)) {
@@ -457,7 +534,18 @@ pub fn preflight(za: &ZoneAllocator) {
             "free of kernel image frame {pfn:#x} gave {other:?}, not Hole"
         ),
     }
-    let beyond = BOOT.get().and_then(|b| b.frame_span()).map_or(0, |s| s.1) + (1 << 20);
+    let mut absent = "";
+    if let Some(&(s, _, _)) = boot.absent().first() {
+        match za.free_pages(Pfn(s), Order(0)) {
+            Err(FreeError::Hole(p)) if p.0 == s => {}
+            other => fail!(
+                Exit::FreeRefused,
+                "free of absent frame {s:#x} gave {other:?}, not Hole"
+            ),
+        }
+        absent = ", absent frame -> Hole";
+    }
+    let beyond = boot.frame_span().map_or(0, |s| s.1) + (1 << 20);
     match za.free_pages(Pfn(beyond), Order(0)) {
         Err(FreeError::OutOfRange(_)) => {}
         other => fail!(
@@ -466,14 +554,35 @@ pub fn preflight(za: &ZoneAllocator) {
         ),
     }
     crate::println!(
-        "bad frees refused: kernel image frame {pfn:#x} -> Hole, frame {beyond:#x} -> OutOfRange"
+        "bad frees refused: kernel image frame {pfn:#x} -> Hole{absent}, frame {beyond:#x} -> OutOfRange"
     );
+}
+
+/// Whether each request class (highest zone DMA, DMA32, Normal) has a zone on
+/// node `node`.
+fn node_serves(za: &ZoneAllocator, node: u16) -> [bool; 3] {
+    let mut has = [false; 3];
+    for (id, _, _, present) in za.zones() {
+        if id.node != node || present == 0 {
+            continue;
+        }
+        let level = match id.zone_type {
+            ZoneType::Dma => 0,
+            ZoneType::Dma32 => 1,
+            _ => 2,
+        };
+        for h in has.iter_mut().skip(level) {
+            *h = true;
+        }
+    }
+    has
 }
 
 /// Runs the stress on this CPU, `cpu`; returns once every CPU has freed
 /// everything and the timer handlers hold nothing.
 pub fn run(za: &ZoneAllocator, cpu: usize) {
     let nr_cpus = *NR_CPUS.get().expect("prepared");
+    let node = cpu::cpu_to_node(cpu);
     let mut w = Worker {
         za,
         cpu,
@@ -482,16 +591,20 @@ pub fn run(za: &ZoneAllocator, cpu: usize) {
         held: Vec::with_capacity(HELD_MAX),
         seq: 0,
         stats: &STATS[cpu],
+        nr_cpus,
+        node,
+        node_serves: node_serves(za, node),
     };
     // Every CPU's own arrays are allocated before the heap count starts.
     wait();
     if cpu == 0 {
-        HEAP_AT_START.store(heap::stats().0, Ordering::Relaxed);
+        HEAP_AT_START.store(heap::stats().allocs, Ordering::Relaxed);
     }
     wait();
+    let prev = (cpu + nr_cpus - 1) % nr_cpus;
     for round in 0..ROUNDS {
         w.stats.round.store(u64::from(round), Ordering::Relaxed);
-        w.churn();
+        w.churn(round);
         if cpu == 0 {
             tick::pause_allocation();
         }
@@ -511,6 +624,15 @@ pub fn run(za: &ZoneAllocator, cpu: usize) {
             tick::resume_allocation();
         }
         wait(); // D
+                // Every CPU at once waits, interrupts off, on one that waits too.
+        let ok = cpu::without_interrupts(|| cpu::sync_cpu(w.next) && cpu::sync_cpu(prev));
+        if !ok {
+            fail!(
+                Exit::Smp,
+                "round {round}: a neighbour did not pass a barrier"
+            );
+        }
+        w.stats.syncs_irqs_off.fetch_add(2, Ordering::Relaxed);
     }
     w.free_all();
     if cpu == 0 {
@@ -520,7 +642,7 @@ pub fn run(za: &ZoneAllocator, cpu: usize) {
     tick::drain_ring();
     wait();
     if cpu == 0 {
-        HEAP_AT_END.store(heap::stats().0, Ordering::Relaxed);
+        HEAP_AT_END.store(heap::stats().allocs, Ordering::Relaxed);
     }
 }
 
@@ -536,9 +658,20 @@ fn held_pages(nr_cpus: usize) -> u64 {
 
 /// CPU 0's checks while the others wait (see the module docs).
 fn checkpoint(za: &ZoneAllocator, round: u32, nr_cpus: usize) {
-    let heap_before = heap::stats().0;
+    let heap_before = heap::stats().allocs;
+    if round == HOTADD_ROUND {
+        hotadd::check(za);
+    }
     let held = held_pages(nr_cpus);
-    let (free, pcp, managed) = (za.nr_free_pages(), za.nr_pcp_pages(), za.managed_pages());
+    let (mut free, mut pcp, mut managed) =
+        (za.nr_free_pages(), za.nr_pcp_pages(), za.managed_pages());
+    if held + free + pcp < managed {
+        // Frees that found their locks taken wait on deferred lists, counted
+        // nowhere: merge them (with the per-CPU lists) and look again.
+        za.drain_all_pages();
+        DEFERRED_DRAINS.fetch_add(1, Ordering::Relaxed);
+        (free, pcp, managed) = (za.nr_free_pages(), za.nr_pcp_pages(), za.managed_pages());
+    }
     if held + free + pcp != managed {
         fail!(
             Exit::Ledger,
@@ -546,7 +679,7 @@ fn checkpoint(za: &ZoneAllocator, round: u32, nr_cpus: usize) {
         );
     }
     if round.is_multiple_of(CHECK_EVERY) || round + 1 == ROUNDS {
-        match za_call(|| za.check_invariants()) {
+        match za.check_invariants() {
             Ok(r) if r.allocated_pages == held => {}
             Ok(r) => fail!(
                 Exit::Ledger,
@@ -564,11 +697,13 @@ fn checkpoint(za: &ZoneAllocator, round: u32, nr_cpus: usize) {
         );
     }
     SYNCS.fetch_add(synced as u64, Ordering::Relaxed);
-    HEAP_IN_CHECKPOINTS.fetch_add(heap::stats().0 - heap_before, Ordering::Relaxed);
+    HEAP_IN_CHECKPOINTS.fetch_add(heap::stats().allocs - heap_before, Ordering::Relaxed);
 }
 
 /// Barriers passed through `sync_cpu` at the checkpoints.
 static SYNCS: AtomicU64 = AtomicU64::new(0);
+/// Checkpoints whose ledger needed the deferred frees merged first.
+static DEFERRED_DRAINS: AtomicU64 = AtomicU64::new(0);
 
 /// Totals over the CPUs.
 #[derive(Default)]
@@ -587,20 +722,41 @@ pub struct Totals {
     pub pages_allocated: u64,
     /// Blocks by zone: DMA, DMA32, Normal.
     pub by_zone: [u64; 3],
-    /// Timer-handler allocations, frees and failures.
+    /// Blocks from the allocating CPU's node, from another node that one of
+    /// its node's zones could have served, from another for lack of a zone.
+    pub local: u64,
+    /// See `local`.
+    pub remote: u64,
+    /// See `local`.
+    pub remote_forced: u64,
+    /// Blocks in memory that arrived after boot.
+    pub in_arrived: u64,
+    /// Timer-handler allocations and frees through the locking calls and the
+    /// try-only ones, and failures of each.
     pub irq_allocs: u64,
+    /// See `irq_allocs`.
+    pub irq_allocs_nolock: u64,
     /// See `irq_allocs`.
     pub irq_frees: u64,
     /// See `irq_allocs`.
+    pub irq_frees_nolock: u64,
+    /// See `irq_allocs`.
     pub irq_failures: u64,
+    /// See `irq_allocs`.
+    pub irq_failures_nolock: u64,
     /// Frames still held (must be 0 at the end).
     pub held_pages: u64,
-    /// Barriers passed through `sync_cpu`.
+    /// Barriers passed through `sync_cpu` at the checkpoints, and with
+    /// interrupts disabled.
     pub syncs: u64,
+    /// See `syncs`.
+    pub syncs_irqs_off: u64,
+    /// Checkpoints that merged deferred frees before their ledger.
+    pub deferred_drains: u64,
     /// Microseconds since `prepare`.
     pub elapsed_us: u64,
     /// Heap allocations made by the allocator's alloc and free paths during the
-    /// stress (all of them but the checkpoints').
+    /// stress (all of them but the checkpoints' and the hot-add's).
     pub heap_allocs_in_paths: u64,
 }
 
@@ -618,34 +774,61 @@ pub fn totals(nr_cpus: usize) -> Totals {
         for z in 0..3 {
             t.by_zone[z] += get(&s.by_zone[z]);
         }
+        t.local += get(&s.local);
+        t.remote += get(&s.remote);
+        t.remote_forced += get(&s.remote_forced);
+        t.in_arrived += get(&s.in_arrived);
+        t.syncs_irqs_off += get(&s.syncs_irqs_off);
         t.irq_allocs += get(&k.allocs);
+        t.irq_allocs_nolock += get(&k.allocs_nolock);
         t.irq_frees += get(&k.frees);
+        t.irq_frees_nolock += get(&k.frees_nolock);
         t.irq_failures += get(&k.failures);
+        t.irq_failures_nolock += get(&k.failures_nolock);
     }
     t.held_pages = held_pages(nr_cpus);
     t.syncs = SYNCS.load(Ordering::Relaxed);
+    t.deferred_drains = DEFERRED_DRAINS.load(Ordering::Relaxed);
     t.elapsed_us = time::tsc_to_us(time::tsc() - START_TSC.load(Ordering::Relaxed));
     t.heap_allocs_in_paths = HEAP_AT_END.load(Ordering::Relaxed)
         - HEAP_AT_START.load(Ordering::Relaxed)
-        - HEAP_IN_CHECKPOINTS.load(Ordering::Relaxed);
+        - HEAP_IN_CHECKPOINTS.load(Ordering::Relaxed)
+        - hotadd::arrival().map_or(0, |a| a.heap_in_all);
     t
 }
 
-/// Per-CPU counters, one line each.
+/// Per-CPU counters, one line each, with the share of blocks from the CPU's
+/// own node.
 pub fn print_per_cpu(nr_cpus: usize) {
     for (c, s) in STATS.iter().enumerate().take(nr_cpus) {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let k = &tick::STATS[c];
+        let (local, remote, forced) = (get(&s.local), get(&s.remote), get(&s.remote_forced));
         crate::println!(
-            "  cpu {c}: allocs {} frees {} (of other CPUs' blocks {}) handed off {} refused double frees {} ticks {} irq allocs {}",
+            "  cpu {c} (node {}): allocs {} local {} ({}.{}% of those its node can serve; remote {}, {} more with no zone on its node) frees {} (of other CPUs' blocks {}) handed off {} double frees refused {} syncs with irqs off {} ticks {} irq allocs {} + {} nolock ({} nolock failed)",
+            cpu::cpu_to_node(c),
             get(&s.allocs),
+            local,
+            permille(local, local + remote) / 10,
+            permille(local, local + remote) % 10,
+            remote,
+            forced,
             get(&s.frees),
             get(&s.remote_frees),
             get(&s.handed_off),
             get(&s.refused),
-            get(&tick::STATS[c].ticks),
-            get(&tick::STATS[c].allocs),
+            get(&s.syncs_irqs_off),
+            get(&k.ticks),
+            get(&k.allocs),
+            get(&k.allocs_nolock),
+            get(&k.failures_nolock),
         );
     }
+}
+
+/// `part / whole` in tenths of a percent (0 for an empty whole).
+pub fn permille(part: u64, whole: u64) -> u64 {
+    (part * 1000).checked_div(whole).unwrap_or(0)
 }
 
 /// Where each CPU is, without the console lock (for the watchdog).

@@ -1,32 +1,24 @@
 //! The local APIC timer's handler: counts ticks on every CPU, keeps the
-//! watchdog, and, one switch away, allocates and frees from interrupt context.
+//! watchdog, and allocates and frees from interrupt context.
 //!
 //! # Allocating from the handler
 //!
-//! With `TIMER_ALLOCATES` on, each tick frees the blocks this CPU's handler
-//! allocated `HOLD_TICKS` ticks ago, then allocates one block of order
-//! `tick % 4` with `Gfp::ATOMIC` into a ring of `RING_SLOTS`. The ring is this
-//! CPU's alone and is only touched with interrupts disabled (by the handler, or
-//! by `drain_ring` at the end), so it needs no lock. An `ATOMIC` allocation may
-//! fail without it being an error; failures are counted.
+//! Each tick frees the blocks this CPU's handler allocated `HOLD_TICKS` ticks
+//! ago, then allocates one block of order `(tick / 2) % 4` into a ring of
+//! `RING_SLOTS`. Even ticks use `alloc_pages(Gfp::ATOMIC)` and `free_pages`:
+//! they may spin on a zone or per-CPU lock another CPU holds, never on one their
+//! own CPU holds, because zonealloc takes every such lock with interrupts
+//! disabled through the kernel's `Platform` (`cpu::PLATFORM`), so the tick
+//! cannot have interrupted a holder. Odd ticks use `alloc_pages_nolock` and
+//! `free_pages_nolock`, which only try locks: an allocation that finds them
+//! taken fails (counted, not an error), a free that does goes onto its zone's
+//! deferred list. The ring is this CPU's alone and is only touched with
+//! interrupts disabled (by the handler, or by `drain_ring` at the end), so it
+//! needs no lock. An `ATOMIC` allocation may fail without it being an error;
+//! failures are counted.
 //!
-//! Stage 1 leaves it off: the core's locks do not disable interrupts, so a tick
-//! that arrives while its own CPU holds a zone lock would spin on that lock for
-//! ever. The `timer-alloc` feature is the switch. It turns `TIMER_ALLOCATES` on,
-//! hands the allocator the kernel as its `Platform` (`zones::config`), and, while
-//! `CORE_LOCKS_DISABLE_IRQS` is `false`, runs every allocator call the stress
-//! makes with interrupts disabled (`stress::za_call`), so that the handler never
-//! waits for a lock its own CPU holds.
-//!
-//! `CORE_LOCKS_DISABLE_IRQS` says whether the core takes its own locks with
-//! interrupts disabled through `Config::platform` (as Linux's
-//! `spin_lock_irqsave`). zonealloc has the `Platform` trait and a lock type that
-//! takes interrupts off through it, but builds its zone and per-CPU locks
-//! without it, so a `Config::platform` changes nothing yet: with this `true`, the
-//! first seconds of the stress deadlock (every CPU spinning on one zone's lock,
-//! one of them in its timer handler over its own thread in `rmqueue_bulk`).
-//! Once the core wires the platform into its locks, this becomes `true` and the
-//! kernel's own wrapping goes.
+//! The switch is the command line's `timer_alloc=off` (`TIMER_ALLOC`), for
+//! telling a problem of the handler's from one of the stress's.
 //!
 //! While the stress checks an exact ledger or re-frees blocks it has freed, the
 //! kernel turns handler allocation off (`pause_allocation`): a block the handler
@@ -39,17 +31,15 @@ use zonealloc::{Gfp, Order, Pfn};
 
 use crate::cpu::{self, MAX_CPUS};
 use crate::exit::{exit, Exit};
-use crate::stress::{self, Block};
+use crate::stress::{self, Block, Via};
 use crate::{apic, fatal_print, time, ALLOCATOR};
 
 /// Timer interrupts per second on each CPU.
 pub const TIMER_HZ: u32 = 1000;
 
-/// Whether the timer handler allocates and frees (see the module docs).
-pub const TIMER_ALLOCATES: bool = cfg!(feature = "timer-alloc");
-
-/// Whether zonealloc's own locks disable interrupts (see the module docs).
-pub const CORE_LOCKS_DISABLE_IRQS: bool = false;
+/// Whether the timer handler allocates and frees (see the module docs); set
+/// from the command line at boot.
+pub static TIMER_ALLOC: AtomicBool = AtomicBool::new(true);
 
 /// Blocks one CPU's handler holds at most.
 const RING_SLOTS: usize = 8;
@@ -69,12 +59,18 @@ const WATCHDOG_SECONDS: u64 = 150;
 pub struct TickStats {
     /// Timer interrupts taken.
     pub ticks: AtomicU64,
-    /// Blocks the handler allocated.
+    /// Blocks the handler allocated with `alloc_pages(Gfp::ATOMIC)`.
     pub allocs: AtomicU64,
-    /// Blocks the handler freed.
+    /// Blocks it allocated with `alloc_pages_nolock`.
+    pub allocs_nolock: AtomicU64,
+    /// Blocks it freed with `free_pages`.
     pub frees: AtomicU64,
+    /// Blocks it freed with `free_pages_nolock`.
+    pub frees_nolock: AtomicU64,
     /// `ATOMIC` allocations that failed.
     pub failures: AtomicU64,
+    /// `alloc_pages_nolock` calls that failed (a lock taken, or no memory).
+    pub failures_nolock: AtomicU64,
     /// Frames the handler holds now.
     pub held_pages: AtomicU64,
 }
@@ -84,8 +80,11 @@ impl TickStats {
         TickStats {
             ticks: AtomicU64::new(0),
             allocs: AtomicU64::new(0),
+            allocs_nolock: AtomicU64::new(0),
             frees: AtomicU64::new(0),
+            frees_nolock: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            failures_nolock: AtomicU64::new(0),
             held_pages: AtomicU64::new(0),
         }
     }
@@ -113,7 +112,7 @@ unsafe impl Sync for Ring {}
 
 static RINGS: [Ring; MAX_CPUS] = [const { Ring(UnsafeCell::new([None; RING_SLOTS])) }; MAX_CPUS];
 
-/// Lets the handler allocate (when `TIMER_ALLOCATES`).
+/// Lets the handler allocate (when `TIMER_ALLOC`).
 pub fn resume_allocation() {
     ALLOCATION_ON.store(true, Ordering::Release);
 }
@@ -135,25 +134,32 @@ pub fn on_tick(rip: u64, rflags: u64) {
     {
         watchdog(cpu, rip, rflags);
     }
-    if TIMER_ALLOCATES && ALLOCATION_ON.load(Ordering::Acquire) {
+    if ALLOCATION_ON.load(Ordering::Acquire) && TIMER_ALLOC.load(Ordering::Relaxed) {
         allocate_and_free(cpu, now);
     }
 }
 
-/// Frees the ring's blocks that are due, then allocates one.
+/// Frees the ring's blocks that are due, then allocates one: through the
+/// locking calls on even ticks, the try-only ones on odd ticks.
 fn allocate_and_free(cpu: usize, now: u64) {
     let Some(za) = ALLOCATOR.get() else {
         return;
     };
     let stats = &STATS[cpu];
+    let nolock = now % 2 == 1;
+    let via = if nolock { Via::NoLock } else { Via::Locking };
     // SAFETY: this CPU's ring, in its interrupt handler (see `Ring`).
     let ring = unsafe { &mut *RINGS[cpu].0.get() };
     for slot in ring.iter_mut() {
         if let Some((block, due)) = *slot {
             if due <= now {
-                stress::release(za, block);
+                stress::release(za, block, via);
                 *slot = None;
-                stats.frees.fetch_add(1, Ordering::Relaxed);
+                if nolock {
+                    stats.frees_nolock.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    stats.frees.fetch_add(1, Ordering::Relaxed);
+                }
                 stats
                     .held_pages
                     .fetch_sub(block.nr_pages(), Ordering::Relaxed);
@@ -163,8 +169,13 @@ fn allocate_and_free(cpu: usize, now: u64) {
     let Some(slot) = ring.iter_mut().find(|s| s.is_none()) else {
         return;
     };
-    let order = (now % 4) as u8;
-    match za.alloc_pages(Gfp::ATOMIC, Order(order)) {
+    let order = ((now / 2) % 4) as u8;
+    let got = if nolock {
+        za.alloc_pages_nolock(Gfp::ATOMIC, None, Order(order))
+    } else {
+        za.alloc_pages(Gfp::ATOMIC, Order(order))
+    };
+    match got {
         Ok(Pfn(pfn)) => {
             let block = Block {
                 pfn,
@@ -173,10 +184,17 @@ fn allocate_and_free(cpu: usize, now: u64) {
             };
             stress::claim(&block, u64::MAX);
             *slot = Some((block, now + HOLD_TICKS));
-            stats.allocs.fetch_add(1, Ordering::Relaxed);
+            if nolock {
+                stats.allocs_nolock.fetch_add(1, Ordering::Relaxed);
+            } else {
+                stats.allocs.fetch_add(1, Ordering::Relaxed);
+            }
             stats
                 .held_pages
                 .fetch_add(block.nr_pages(), Ordering::Relaxed);
+        }
+        Err(_) if nolock => {
+            stats.failures_nolock.fetch_add(1, Ordering::Relaxed);
         }
         Err(_) => {
             stats.failures.fetch_add(1, Ordering::Relaxed);
@@ -196,7 +214,7 @@ pub fn drain_ring() {
         let ring = unsafe { &mut *RINGS[cpu].0.get() };
         for slot in ring.iter_mut() {
             if let Some((block, _)) = slot.take() {
-                stress::release(za, block);
+                stress::release(za, block, Via::Locking);
                 stats.frees.fetch_add(1, Ordering::Relaxed);
                 stats
                     .held_pages

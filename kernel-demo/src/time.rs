@@ -36,6 +36,7 @@ pub fn mark_boot() {
 
 /// Waits `ms` milliseconds (at most 54) on the PIT's channel 2, in mode 0 (its
 /// output goes high at the end of the count), polled through port 0x61.
+#[link_section = ".init.text"]
 fn pit_wait_ms(ms: u64) {
     let count = (PIT_HZ * ms / 1000).min(0xffff) as u16;
     let mut gate = Port::<u8>::new(0x61);
@@ -57,6 +58,7 @@ fn pit_wait_ms(ms: u64) {
 /// Calibrates the TSC and this CPU's APIC timer (the bootstrap processor's, with
 /// interrupts disabled; all local APICs run from the same clock). Returns (TSC
 /// MHz, APIC timer counts per ms).
+#[link_section = ".init.text"]
 pub fn calibrate() -> (u64, u32) {
     apic::timer_start_calibration();
     let t0 = tsc();
