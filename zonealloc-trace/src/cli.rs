@@ -71,6 +71,11 @@ pub struct TraceArgs {
     /// warm start from zoneinfo and a pool, as for a trace without a layout).
     #[arg(long)]
     no_layout: bool,
+    /// Seed of the order in which the warm start from the layout frees the
+    /// kernel's free blocks (their order on its lists is not in the layout):
+    /// replaying with a few seeds shows how much the result depends on it.
+    #[arg(long, default_value_t = 1)]
+    start_seed: u64,
     /// Stop at the first malformed line instead of skipping it.
     #[arg(long)]
     strict: bool,
@@ -236,6 +241,7 @@ fn run_trace(a: &TraceArgs, map: bool, vs_xz: bool) -> Res {
         warm: !a.cold,
         decay: !a.no_decay,
         start,
+        start_seed: a.start_seed,
         ..ReplayOptions::default()
     };
     let (report, state) = replay::run_with_state(&a.trace, &opts)?;

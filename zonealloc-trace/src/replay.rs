@@ -1573,6 +1573,18 @@ impl Replayer {
         let pageblock_order = za.config().pageblock_order.idx();
         let end = EndState {
             nr_free_pages: za.nr_free_pages(),
+            pagesets: za
+                .zoneinfo()
+                .zones
+                .iter()
+                .flat_map(|z| {
+                    z.pagesets
+                        .iter()
+                        .filter(|p| p.count + p.high > 0)
+                        .map(move |p| (z.id.zone_type.to_string(), p.cpu, p.count, p.high))
+                })
+                .collect(),
+            kernel_pagesets: Vec::new(),
             nr_pcp_pages: za.nr_pcp_pages(),
             live_blocks: self.live.len as u64,
             live_pages: self.live.iter().map(|(_, l)| 1u64 << l.order).sum(),
@@ -2102,6 +2114,12 @@ pub struct FallbackComparison {
 pub struct EndState {
     /// Free pages on the buddy lists.
     pub nr_free_pages: u64,
+    /// Each zone's per-CPU lists: `(zone, cpu, count, high)`, zones with lists
+    /// only.
+    pub pagesets: Vec<(String, usize, u64, u64)>,
+    /// The kernel's, from its zoneinfo at the end of the capture, where there is
+    /// one.
+    pub kernel_pagesets: Vec<(String, usize, u64, u64)>,
     /// Free pages on per-CPU lists.
     pub nr_pcp_pages: u64,
     /// Blocks still held for the trace.
@@ -2434,6 +2452,26 @@ impl fmt::Display for ReplayReport {
             "\nend state: {} blocks ({} pages) held for the trace, {} pages free, {} on per-CPU lists",
             end.live_blocks, end.live_pages, end.nr_free_pages, end.nr_pcp_pages
         )?;
+        if !end.pagesets.is_empty() {
+            let list = |v: &[(String, usize, u64, u64)]| {
+                v.iter()
+                    .map(|(z, cpu, c, h)| format!("{z} CPU {cpu} {c}/{h}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            writeln!(
+                f,
+                "  per-CPU lists, count/high: zonealloc {}",
+                list(&end.pagesets)
+            )?;
+            if !end.kernel_pagesets.is_empty() {
+                writeln!(
+                    f,
+                    "  the kernel's at the end of the capture (its zoneinfo): {}",
+                    list(&end.kernel_pagesets)
+                )?;
+            }
+        }
         for (z, u) in &end.unusable_index_pageblock_order {
             writeln!(
                 f,
@@ -2750,6 +2788,25 @@ fn run_from_layout(
         c.rebuilt_stats = Some(shadow.stats);
         c
     });
+    if let Some(zi) = files
+        .snapshots
+        .as_ref()
+        .and_then(|sn| sn.end_zoneinfo.as_deref())
+        .and_then(|t| ZoneLayout::from_zoneinfo_str(t).ok())
+    {
+        report.end.kernel_pagesets = zi
+            .zones
+            .iter()
+            .flat_map(|z| {
+                z.pcp_count
+                    .iter()
+                    .zip(&z.pcp_high)
+                    .enumerate()
+                    .filter(|(_, (c, h))| **c + **h > 0)
+                    .map(move |(cpu, (&c, &h))| (z.zone_type.to_string(), cpu, c, h))
+            })
+            .collect();
+    }
     Ok((report, rp))
 }
 
