@@ -179,6 +179,8 @@ pub struct CrossCpuStats {
     pub shootdowns: AtomicU64,
     /// See `shootdowns`.
     pub shootdown_nmis: AtomicU64,
+    /// Microseconds the shootdowns waited for the other CPUs.
+    pub shootdown_us: AtomicU64,
 }
 
 /// The cross-CPU services' counters.
@@ -188,6 +190,7 @@ pub static CROSS: CrossCpuStats = CrossCpuStats {
     escalated: AtomicU64::new(0),
     shootdowns: AtomicU64::new(0),
     shootdown_nmis: AtomicU64::new(0),
+    shootdown_us: AtomicU64::new(0),
 };
 
 /// How long `sync_cpu` waits for the IPI's acknowledgement before it sends the
@@ -273,7 +276,7 @@ pub fn serve_sync() -> bool {
 
 /// Reloads `cr3`: drops every TLB entry and paging-structure cache entry of
 /// this CPU (the kernel maps nothing global).
-fn flush_local_tlb() {
+pub fn flush_local_tlb() {
     // SAFETY: writes back the same page-table root; it only drops cached
     // translations.
     unsafe {
@@ -314,6 +317,8 @@ pub fn flush_tlb_everywhere() {
             core::hint::spin_loop();
         }
     }
+    let waited = crate::time::tsc_to_us(crate::time::tsc() - start);
+    CROSS.shootdown_us.fetch_add(waited, Ordering::Relaxed);
 }
 
 /// The NMI's handler (everything masked): serves TLB shootdowns and barrier

@@ -303,7 +303,10 @@ fn build_allocator(
     let built = {
         let mut guard = MEMMAP.lock();
         let map = guard.as_mut().expect("set just above");
-        ZoneAllocator::with_memmap(config, AbstractFrames, map as &mut dyn MemMap)
+        let built =
+            ZoneAllocator::with_memmap(config, AbstractFrames, &mut *map as &mut dyn MemMap);
+        map.end_construction();
+        built
     };
     let za = match built {
         Ok(za) => ALLOCATOR.call_once(|| za),
@@ -431,14 +434,15 @@ fn report_memory(za: &ZoneAllocator, boot: &BootMemory) {
         (spanned * 16) >> 10
     );
     println!(
-        "vmemmap: {} MiB of address space at {:#x}; {tables} frames of tables ({:?} by node) and {pts} of page tables and the zero frame ({:?} by node), {} from another node's pool; {} populate calls, {} TLB shootdowns",
+        "vmemmap: {} MiB of address space at {:#x}; {tables} frames of tables ({:?} by node) and {pts} of page tables and the zero frame ({:?} by node), {} from another node's pool; {} populate calls, {} TLB shootdowns ({} ms waiting)",
         u.reserved_bytes >> 20,
         vmemmap::VMEMMAP_START,
         &u.table_frames[..nodes],
         &u.pt_frames[..nodes],
         u.off_node,
         u.populates,
-        u.shootdowns
+        u.shootdowns,
+        cpu::CROSS.shootdown_us.load(Ordering::Relaxed) / 1000
     );
     let kept: u64 = boot
         .reservations()

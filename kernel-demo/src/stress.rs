@@ -78,7 +78,7 @@ const CHECK_EVERY: u32 = 5;
 const ORDER_WEIGHTS: [u32; 11] = [40, 20, 12, 10, 5, 4, 3, 2, 2, 1, 1];
 /// One churn operation in this many also syncs a random other CPU with
 /// interrupts disabled.
-const SYNC_ONE_IN: u64 = 256;
+const SYNC_ONE_IN: u64 = 1024;
 /// The round in whose churn the absent memory is added.
 pub const HOTADD_ROUND: u32 = ROUNDS / 4;
 

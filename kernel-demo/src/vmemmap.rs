@@ -16,7 +16,11 @@
 //!   points at the shared page table first gets a private copy of it. Pages
 //!   already populated keep their contents. Then every CPU drops its cached
 //!   translations (`cpu::flush_tlb_everywhere`): these pages were present before
-//!   (the zero frame), so a CPU may hold the old translation.
+//!   (the zero frame), so a CPU may hold the old translation. While the
+//!   allocator is being built, the other CPUs wait for the kernel's go and run no
+//!   allocator code, so the bootstrap processor flushes only its own TLB per
+//!   `populate` and every CPU's once when construction ends (`end_construction`):
+//!   one round of NMIs instead of one per section.
 //!
 //! ```text
 //!   PML4[468] -> PDPT -> PD ─┬─ PDE -> zero PT (shared) ── every PTE -> zero frame (RO)
@@ -105,9 +109,9 @@ pub struct Usage {
     pub lent: u64,
     /// Address space reserved, bytes.
     pub reserved_bytes: u64,
-    /// `populate` calls, and those that changed a mapping.
+    /// `populate` calls.
     pub populates: u64,
-    /// See `populates`.
+    /// TLB shootdowns of every CPU (one for all of construction).
     pub shootdowns: u64,
 }
 
@@ -127,6 +131,10 @@ pub struct VmemMap {
     tables: [(u64, u64, u16); MAX_TABLES],
     nr_tables: usize,
     usage: Usage,
+    /// While the allocator is built: other CPUs' flushes wait for
+    /// `end_construction`; `pending` says one is due.
+    constructing: bool,
+    pending: bool,
 }
 
 /// A page-table entry at `index` of the table at physical `table`.
@@ -181,6 +189,8 @@ impl VmemMap {
             tables: [(0, 0, 0); MAX_TABLES],
             nr_tables: 0,
             usage: Usage::default(),
+            constructing: true,
+            pending: false,
         };
         for (p, &(s, e)) in m.pools.iter_mut().zip(pools) {
             *p = Pool::new(s, e);
@@ -270,6 +280,18 @@ impl VmemMap {
         out
     }
 
+    /// The allocator is built: every CPU drops the translations `populate`
+    /// changed meanwhile (before any other CPU may use the allocator), and from
+    /// now on each `populate` flushes every CPU before it returns.
+    pub fn end_construction(&mut self) {
+        if self.pending {
+            self.usage.shootdowns += 1;
+            cpu::flush_tlb_everywhere();
+        }
+        self.constructing = false;
+        self.pending = false;
+    }
+
     /// What the map has used so far.
     pub fn usage(&self) -> Usage {
         self.usage
@@ -292,10 +314,12 @@ impl VmemMap {
 // so every byte is readable and reads as zero. `populate` maps, over every page of
 // the range that still maps the zero frame, a frame of its own, zeroed before it
 // is mapped, read-write, and leaves pages already populated as they are; it
-// returns `true` only once every page of the range is writable, and every CPU
-// has dropped the old translations (`flush_tlb_everywhere`). The frames come from
-// memory the kernel reserved from the allocator (the pools) or memory not yet
-// given to it (a loan), never from memory the allocator manages.
+// returns `true` only once every page of the range is writable for the calling
+// CPU and every other CPU has dropped the old translations
+// (`flush_tlb_everywhere`), or, during construction, cannot run allocator code
+// before `end_construction` makes it drop them. The frames come from memory the
+// kernel reserved from the allocator (the pools) or memory not yet given to it
+// (a loan), never from memory the allocator manages.
 unsafe impl zonealloc::MemMap for VmemMap {
     fn reserve(&mut self, bytes: usize) -> Option<NonNull<u8>> {
         let va = self.next_va.next_multiple_of(LARGE);
@@ -371,7 +395,10 @@ unsafe impl zonealloc::MemMap for VmemMap {
             }
             va += PAGE_BYTES;
         }
-        if changed {
+        if changed && self.constructing {
+            cpu::flush_local_tlb();
+            self.pending = true;
+        } else if changed {
             self.usage.shootdowns += 1;
             cpu::flush_tlb_everywhere();
         }
