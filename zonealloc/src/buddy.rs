@@ -701,8 +701,11 @@ impl ZoneLocked<'_> {
     }
 
     /// Frees every present frame in the largest naturally aligned chunks
-    /// (`__free_pages_core` with `FPI_TO_TAIL`).
+    /// (`__free_pages_core` with `FPI_TO_TAIL`): the zone's construction, which
+    /// also sizes its offline bitmap for every pageblock (`FreeArea::size_offline`).
     pub(crate) fn release_initial_frames(&mut self, present: &[(u64, u64)]) {
+        let nr_blocks = self.zone.blocks.len();
+        self.area.size_offline(nr_blocks);
         for &(a, b) in present {
             self.release_frames(a.max(self.zone.start_pfn), b.min(self.zone.end_pfn()));
         }

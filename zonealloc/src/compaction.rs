@@ -72,20 +72,21 @@
 //! from a background thread, as kcompactd does.
 
 use alloc::sync::Arc;
-use alloc::vec::Vec;
 
 use crate::allocate::DirectCompact;
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::buddy::FreeDelta;
+use crate::buf::Buf;
 use crate::fragindex::{contig_page_info, fragmentation_index};
-use crate::frame::{Tag, Word};
+use crate::frame::{FrameList, Tag, Word, NIL};
 use crate::hook::InCallback;
 use crate::migrate::{is_movable_candidate, Step};
 use crate::migrator::Migrate;
 use crate::sync::Ordering;
 use crate::types::{
-    Migratetype, Order, Pfn, Wmark, ZoneId, ZoneType, MIGRATE_PCPTYPES, PAGE_ALLOC_COSTLY_ORDER,
+    Migratetype, Order, Pfn, Wmark, ZoneId, ZoneType, MIGRATE_PCPTYPES, NR_ORDERS_MAX,
+    PAGE_ALLOC_COSTLY_ORDER,
 };
 use crate::zone::Zone;
 
@@ -96,6 +97,16 @@ pub use crate::compact_state::{
 
 /// Most failures a zone's deferral counts (`COMPACT_MAX_DEFER_SHIFT`).
 const COMPACT_MAX_DEFER_SHIFT: u32 = 6;
+
+/// Blocks the migration scanner isolates before they are moved, and free blocks
+/// the free scanner finds before it takes them under one zone-lock hold: Linux's
+/// `COMPACT_CLUSTER_MAX` (`SWAP_CLUSTER_MAX`, 32). A batch sits on the stack
+/// (512 bytes), so a run calls no heap; a pageblock with more goes in several
+/// batches, with the same outcome as one (see `isolate_migratepages_block`).
+pub(crate) const COMPACT_CLUSTER_MAX: usize = 32;
+
+/// A batch of blocks of one pageblock: isolated sources, or free blocks found.
+type Batch = Buf<(Pfn, Order), COMPACT_CLUSTER_MAX>;
 
 /// How a compaction run ended: the two endings of Linux's `enum compact_result`
 /// that a run can have. The "not attempted" ones (skipped, deferred, contended)
@@ -321,7 +332,7 @@ struct Control<'m> {
     /// Wrapped: the next pageblock to take targets from, going up.
     low_free: Option<u64>,
     /// Private free blocks (`Frozen` heads): migration targets.
-    targets: Vec<(Pfn, Order)>,
+    targets: Targets,
     migrator: &'m dyn Migrate,
     report: CompactReport,
 }
@@ -559,7 +570,8 @@ impl<B: Backend> ZoneAllocator<B> {
             return false;
         }
         if order.0 > PAGE_ALLOC_COSTLY_ORDER {
-            let idx = fragmentation_index(&zone_free_blocks(z), order.idx());
+            let free = zone_free_blocks(z);
+            let idx = fragmentation_index(&free[..=z.max_order.idx()], order.idx());
             if (0..=i64::from(self.extfrag_threshold())).contains(&idx) {
                 return false;
             }
@@ -614,7 +626,7 @@ impl<B: Backend> ZoneAllocator<B> {
             free_done: false,
             wrap: prio == Prio::SyncFull,
             low_free: None,
-            targets: Vec::new(),
+            targets: Targets::new(),
             migrator: m,
             report: CompactReport::default(),
         };
@@ -645,19 +657,39 @@ impl<B: Backend> ZoneAllocator<B> {
             if cc.low_free.is_some() {
                 // Wrapped: targets in this pageblock or above would keep it
                 // occupied or be moved again later; give them back.
-                release_targets(z, &mut cc.targets, |p| p.0 >= blk);
+                cc.targets.release(z, |p| p.0 >= blk);
             }
-            let sources = self.isolate_migratepages_block(z, blk, &mut cc);
-            if sources.is_empty() {
+            // The pageblock's movable blocks, a batch at a time: isolated, then
+            // moved, then the next batch from where the scanner stopped.
+            let mut resume = None;
+            let mut isolated_any = false;
+            let go_on = loop {
+                let mut sources = Batch::new();
+                resume = self.isolate_migratepages_block(z, blk, &mut cc, resume, &mut sources);
+                if sources.len() > 0 {
+                    isolated_any = true;
+                    match self.migrate_sources(z, st, &mut cc, sources.as_slice()) {
+                        Moved::All => {}
+                        // The rest of the pageblock stays where it is (see
+                        // `migrate_sources`).
+                        Moved::NoTarget => break cc.wrap,
+                        Moved::Panicked => break false,
+                    }
+                }
+                if resume.is_none() {
+                    break true;
+                }
+            };
+            if !isolated_any {
                 st.skip[bi] = true;
                 continue;
             }
-            if !self.migrate_sources(z, st, &mut cc, &sources) {
+            if !go_on {
                 break CompactResult::Complete;
             }
         };
         // Unused targets go back to the buddy lists.
-        release_targets(z, &mut cc.targets, |_| true);
+        cc.targets.release(z, |_| true);
         if result == CompactResult::Complete || cc.low_free.is_some() {
             // A completed or wrapped run leaves nothing to resume.
             st.migrate_pfn = first;
@@ -710,84 +742,124 @@ impl<B: Backend> ZoneAllocator<B> {
 
     /// `isolate_migratepages_block()`: isolates the movable blocks of the pageblock
     /// at `blk` that are worth moving: for an order `o`, those in aligned `2^o`
-    /// chunks (at most a pageblock) holding nothing immovable. Returns them.
+    /// chunks (at most a pageblock) holding nothing immovable. Adds them to `out`
+    /// until it is full, and then returns where to go on (`from` for the next
+    /// call); `None` once the pageblock is done.
+    ///
+    /// Each chunk is looked at twice: first whole, for anything immovable (which
+    /// leaves it alone), then block by block, isolating, so that a full batch can
+    /// stop inside a chunk and the next call go on there with no list of the
+    /// chunk's blocks kept in between. A batch is moved before the next is
+    /// isolated; a pageblock that yields none gets its skip hint from the caller.
     fn isolate_migratepages_block(
         &self,
         z: &Zone,
         blk: u64,
         cc: &mut Control<'_>,
-    ) -> Vec<(Pfn, Order)> {
+        from: Option<Resume>,
+        out: &mut Batch,
+    ) -> Option<Resume> {
         let pb = z.pageblock_order;
         let lo = blk.max(z.start_pfn);
         let hi = (blk + pb.nr_pages()).min(z.end_pfn());
         if z.blocks.migratetype(Pfn(lo)) == Migratetype::Isolate {
-            return Vec::new();
+            return None;
         }
         let chunk = cc.order.map_or(1, |o| o.min(pb).nr_pages());
-        let mut out = Vec::new();
-        let mut c = lo & !(chunk - 1);
+        let (mut c, mut resume_at) = match from {
+            Some(r) => (r.chunk, Some(r.at)),
+            None => (lo & !(chunk - 1), None),
+        };
         while c < hi {
             let (cs, ce) = (c.max(lo), (c + chunk).min(hi));
-            c += chunk;
-            // First look: is anything in the chunk immovable?
-            let mut movable = Vec::new();
-            let mut pinned = false;
-            let mut p = cs;
+            let first = match resume_at.take() {
+                // Looked at whole already, and found movable.
+                Some(at) => at,
+                None => {
+                    // First look: is anything in the chunk immovable?
+                    let pinned = self.chunk_pinned(z, cs, ce, cc);
+                    if pinned && cc.order.is_some() {
+                        c += chunk;
+                        continue;
+                    }
+                    cs
+                }
+            };
+            // Second look: isolate the movable blocks.
+            let mut p = first;
             while p < ce {
+                if out.len() == COMPACT_CLUSTER_MAX {
+                    return Some(Resume { chunk: c, at: p });
+                }
                 let w = z.frames.word(z.idx(Pfn(p)));
-                // A lazily split block's pages move one by one: give them their
-                // words, and look at the head again.
-                if w.is_lazy() && is_movable_candidate(w) {
-                    Self::materialize(z, Pfn(p), w);
-                    continue;
-                }
-                let step = match w.tag() {
-                    Tag::Buddy | Tag::Pcp | Tag::Frozen => w.order().nr_pages(),
-                    Tag::Alloc if is_movable_candidate(w) && w.order() < pb => {
-                        movable.push(Pfn(p));
-                        w.order().nr_pages()
+                if w.tag() == Tag::Alloc && is_movable_candidate(w) && w.order() < pb {
+                    if let Some(o) = self.isolate_movable(z, Pfn(p)) {
+                        cc.report.isolated += o.nr_pages();
+                        out.push((Pfn(p), o));
+                        p += o.nr_pages();
+                        continue;
                     }
+                }
+                p += match w.tag() {
                     Tag::Tail => 1,
-                    // Bad frames, blocks of other owners (guards, page_frag, not
-                    // movable) and blocks a `LocalCache` holds: none can move.
-                    _ => {
-                        pinned = true;
-                        w.order().nr_pages()
-                    }
+                    _ => w.order().nr_pages().max(1),
                 };
-                p += step.max(1);
-                if pinned && cc.order.is_some() {
-                    break;
-                }
             }
-            cc.report.migrate_scanned += p.min(ce) - cs;
-            if pinned && cc.order.is_some() {
+            c += chunk;
+        }
+        None
+    }
+
+    /// The migration scanner's first look at chunk `[cs, ce)`: whether anything
+    /// in it cannot move (with an order asked for, it stops at the first such
+    /// block). Lazily split movable blocks get their pages' words on the way, to
+    /// move page by page. Counts the frames looked at.
+    fn chunk_pinned(&self, z: &Zone, cs: u64, ce: u64, cc: &mut Control<'_>) -> bool {
+        let pb = z.pageblock_order;
+        let mut pinned = false;
+        let mut p = cs;
+        while p < ce {
+            let w = z.frames.word(z.idx(Pfn(p)));
+            // A lazily split block's pages move one by one: give them their
+            // words, and look at the head again.
+            if w.is_lazy() && is_movable_candidate(w) {
+                Self::materialize(z, Pfn(p), w);
                 continue;
             }
-            for head in movable {
-                if let Some(o) = self.isolate_movable(z, head) {
-                    cc.report.isolated += o.nr_pages();
-                    out.push((head, o));
+            let step = match w.tag() {
+                Tag::Buddy | Tag::Pcp | Tag::Frozen => w.order().nr_pages(),
+                Tag::Alloc if is_movable_candidate(w) && w.order() < pb => w.order().nr_pages(),
+                Tag::Tail => 1,
+                // Bad frames, blocks of other owners (guards, page_frag, not
+                // movable) and blocks a `LocalCache` holds: none can move.
+                _ => {
+                    pinned = true;
+                    w.order().nr_pages()
                 }
+            };
+            p += step.max(1);
+            if pinned && cc.order.is_some() {
+                break;
             }
         }
-        out
+        cc.report.migrate_scanned += p.min(ce) - cs;
+        pinned
     }
 
     /// Moves each isolated source into a target of its order, taking more targets
     /// with the free scanner as needed. When a source finds no target, the rest are
-    /// put back; then `false` (the run ends) unless the run may wrap, which goes on
-    /// with the next pageblock.
+    /// put back (`NoTarget`: the run ends, unless it may wrap, which goes on with
+    /// the next pageblock); when the owner panics, too (`Panicked`: the run ends).
     fn migrate_sources(
         &self,
         z: &Zone,
         st: &mut ZoneCompact,
         cc: &mut Control<'_>,
         sources: &[(Pfn, Order)],
-    ) -> bool {
+    ) -> Moved {
         for (i, &(src, order)) in sources.iter().enumerate() {
             let target = loop {
-                if let Some(t) = take_target(z, &mut cc.targets, order) {
+                if let Some(t) = cc.targets.take(z, order) {
                     break Some(t);
                 }
                 if !self.isolate_freepages(z, st, cc) {
@@ -802,7 +874,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 // which therefore cannot be emptied; the next one may still be
                 // (its own sources may be smaller, and the pageblock passed now
                 // becomes a place for targets). Other runs end: their scanners met.
-                return cc.wrap;
+                return Moved::NoTarget;
             };
             let nr = order.nr_pages();
             match self.migrate_isolated(z, src, dst, order, cc.migrator) {
@@ -812,25 +884,25 @@ impl<B: Backend> ZoneAllocator<B> {
                 }
                 Step::Refused => {
                     cc.report.pages_refused += nr;
-                    cc.targets.push((dst, order));
+                    cc.targets.push(z, dst, order);
                     st.skip[z.blocks.index(src)] = true;
                 }
                 Step::Freed => {
                     cc.report.pages_freed += nr;
-                    cc.targets.push((dst, order));
+                    cc.targets.push(z, dst, order);
                 }
                 Step::Panicked => {
                     // Call the owner no more in this run: put the rest back.
                     cc.report.owner_panics += 1;
-                    cc.targets.push((dst, order));
+                    cc.targets.push(z, dst, order);
                     for &(p, _) in &sources[i + 1..] {
                         self.putback_movable(z, p);
                     }
-                    return false;
+                    return Moved::Panicked;
                 }
             }
         }
-        true
+        Moved::All
     }
 
     /// `isolate_freepages()`: scans pageblocks down from the free scanner's position
@@ -895,50 +967,148 @@ impl<B: Backend> ZoneAllocator<B> {
             st.skip[bi] = true;
             return false;
         }
-        let mut found = Vec::new();
+        // Free blocks found without the lock, a batch at a time, each batch
+        // checked again and taken under one zone-lock hold.
+        let mut taken = 0;
         let mut p = lo;
         while p < hi {
-            let w = z.frames.word(z.idx(Pfn(p)));
-            match w.tag() {
-                Tag::Buddy | Tag::Pcp | Tag::Frozen | Tag::Alloc | Tag::Cached => {
-                    if w.tag() == Tag::Buddy && w.order() < pb {
-                        found.push((Pfn(p), w.order()));
+            let mut found = Batch::new();
+            while p < hi && found.len() < COMPACT_CLUSTER_MAX {
+                let w = z.frames.word(z.idx(Pfn(p)));
+                match w.tag() {
+                    Tag::Buddy | Tag::Pcp | Tag::Frozen | Tag::Alloc | Tag::Cached => {
+                        if w.tag() == Tag::Buddy && w.order() < pb {
+                            found.push((Pfn(p), w.order()));
+                        }
+                        p += w.order().nr_pages();
                     }
-                    p += w.order().nr_pages();
+                    _ => p += 1,
                 }
-                _ => p += 1,
+            }
+            if found.len() > 0 {
+                taken += self.take_free_targets(z, cc, found.as_slice());
             }
         }
         cc.report.free_scanned += hi - lo;
-        let mut taken = 0;
-        if !found.is_empty() {
-            let mut zl = z.lock();
-            let min = z.wmark(Wmark::Min);
-            let mut d = FreeDelta::default();
-            for (p, o) in found {
-                let mt = z.blocks.migratetype(p);
-                // The counter is stored once, at the end: subtract what this hold
-                // took so far.
-                let free_now = z.nr_free_pages().saturating_sub(taken);
-                if !suitable_migration_target(z, mt, cc.ignore_block_suitable)
-                    || z.frames.word(z.idx(p)) != Word::buddy(o)
-                    || free_now < min + o.nr_pages()
-                {
-                    continue;
-                }
-                zl.del_from_free_list(p, o, mt);
-                d = d.with(-(o.nr_pages() as i64), mt);
-                z.frames.set_word(z.idx(p), Word::frozen(o));
-                cc.targets.push((p, o));
-                taken += o.nr_pages();
-            }
-            d.apply(&zl);
-        }
         cc.report.isolated += taken;
         if taken == 0 {
             st.skip[bi] = true;
         }
         taken > 0
+    }
+
+    /// Takes the free blocks `found` (seen without the lock) as targets, each
+    /// checked again under the zone lock, and only while the zone stays above
+    /// its min watermark. Returns the pages taken.
+    fn take_free_targets(&self, z: &Zone, cc: &mut Control<'_>, found: &[(Pfn, Order)]) -> u64 {
+        let mut zl = z.lock();
+        let min = z.wmark(Wmark::Min);
+        let mut d = FreeDelta::default();
+        let mut taken = 0;
+        for &(p, o) in found {
+            let mt = z.blocks.migratetype(p);
+            // The counter is stored once, at the end: subtract what this hold
+            // took so far.
+            let free_now = z.nr_free_pages().saturating_sub(taken);
+            if !suitable_migration_target(z, mt, cc.ignore_block_suitable)
+                || z.frames.word(z.idx(p)) != Word::buddy(o)
+                || free_now < min + o.nr_pages()
+            {
+                continue;
+            }
+            zl.del_from_free_list(p, o, mt);
+            d = d.with(-(o.nr_pages() as i64), mt);
+            z.frames.set_word(z.idx(p), Word::frozen(o));
+            cc.targets.push(z, p, o);
+            taken += o.nr_pages();
+        }
+        d.apply(&zl);
+        taken
+    }
+}
+
+/// Where the migration scanner stopped inside a pageblock when its batch filled
+/// (see `isolate_migratepages_block`): the chunk it was isolating, found free of
+/// anything immovable, and the frame to look at next.
+#[derive(Clone, Copy)]
+struct Resume {
+    chunk: u64,
+    at: u64,
+}
+
+/// How a batch of sources went (`migrate_sources`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Moved {
+    /// Each source was moved, refused or freed.
+    All,
+    /// A source found no target; it and the rest were put back.
+    NoTarget,
+    /// The owner panicked; the rest were put back.
+    Panicked,
+}
+
+/// A run's private free blocks (`Frozen` heads), by order: Linux's
+/// `cc->freepages[order]`. Each list runs through its heads' own list links,
+/// which a private block uses for nothing else (no allocator list holds it), so
+/// a run keeps any number of targets without the heap. Only the run's thread
+/// touches them.
+struct Targets {
+    lists: [FrameList; NR_ORDERS_MAX],
+}
+
+impl Targets {
+    fn new() -> Targets {
+        Targets {
+            lists: [FrameList::EMPTY; NR_ORDERS_MAX],
+        }
+    }
+
+    /// Adds the private block `(p, o)`.
+    fn push(&mut self, z: &Zone, p: Pfn, o: Order) {
+        self.lists[o.idx()].push_tail(&z.frames, z.idx(p));
+    }
+
+    /// Takes a target of `order`: the oldest of the smallest order that has one,
+    /// split if larger; the split-off parts become targets of their own.
+    fn take(&mut self, z: &Zone, order: Order) -> Option<Pfn> {
+        let o = (order.idx()..NR_ORDERS_MAX).find(|&o| !self.lists[o].is_empty())?;
+        let idx = self.lists[o].head;
+        self.lists[o].unlink(&z.frames, idx);
+        let p = z.pfn_of(idx);
+        for k in order.0..o as u8 {
+            let part = p.add(1 << k);
+            z.frames.set_word(z.idx(part), Word::frozen(Order(k)));
+            self.push(z, part, Order(k));
+        }
+        z.frames.set_word(idx, Word::frozen(order));
+        Some(p)
+    }
+
+    /// Gives the targets that `which` selects back to the buddy lists, under one
+    /// zone-lock hold (none taken if none is selected).
+    fn release(&mut self, z: &Zone, which: impl Fn(Pfn) -> bool) {
+        let t = &z.frames;
+        let any = self
+            .lists
+            .iter()
+            .any(|l| l.iter(t).any(|i| which(z.pfn_of(i))));
+        if !any {
+            return;
+        }
+        let mut zl = z.lock();
+        for (o, l) in self.lists.iter_mut().enumerate() {
+            let mut cur = l.head;
+            while cur != NIL {
+                // The link is read before the block goes to the buddy lists.
+                let next = t.next(cur);
+                let p = z.pfn_of(cur);
+                if which(p) {
+                    l.unlink(t, cur);
+                    zl.free_block_locked(p, Order(o as u8), false);
+                }
+                cur = next;
+            }
+        }
     }
 }
 
@@ -951,52 +1121,24 @@ fn suitable_migration_target(z: &Zone, mt: Migratetype, ignore_block_suitable: b
     mt.is_movable() || ((ignore_block_suitable || z.mobility_disabled) && mt.is_mergeable())
 }
 
-/// Takes a private target of `order`, splitting the smallest larger one; the
-/// split-off parts become private `Frozen` heads of their own.
-fn take_target(z: &Zone, targets: &mut Vec<(Pfn, Order)>, order: Order) -> Option<Pfn> {
-    let i = targets
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.1 >= order)
-        .min_by_key(|(_, t)| t.1)
-        .map(|(i, _)| i)?;
-    let (p, o) = targets.swap_remove(i);
-    for k in order.0..o.0 {
-        let part = p.add(1 << k);
-        z.frames.set_word(z.idx(part), Word::frozen(Order(k)));
-        targets.push((part, Order(k)));
-    }
-    z.frames.set_word(z.idx(p), Word::frozen(order));
-    Some(p)
-}
-
-/// Gives the private targets that `which` selects back to the buddy lists.
-fn release_targets(z: &Zone, targets: &mut Vec<(Pfn, Order)>, which: impl Fn(Pfn) -> bool) {
-    if !targets.iter().any(|&(p, _)| which(p)) {
-        return;
-    }
-    let mut zl = z.lock();
-    targets.retain(|&(p, o)| {
-        if which(p) {
-            zl.free_block_locked(p, o, false);
-        }
-        !which(p)
-    });
-}
-
-/// Free blocks per order of the zone, all ordinary types together.
-fn zone_free_blocks(z: &Zone) -> Vec<u64> {
+/// Free blocks per order of the zone, all ordinary types together: the first
+/// `max_order + 1` entries.
+fn zone_free_blocks(z: &Zone) -> [u64; NR_ORDERS_MAX] {
     let c = &z.counters.nr_free;
-    (0..=z.max_order.idx())
-        .map(|o| (0..MIGRATE_PCPTYPES).map(|mt| c[o][mt].get()).sum::<u64>())
-        .collect()
+    let mut v = [0; NR_ORDERS_MAX];
+    for (o, n) in v.iter_mut().enumerate().take(z.max_order.idx() + 1) {
+        *n = (0..MIGRATE_PCPTYPES).map(|mt| c[o][mt].get()).sum();
+    }
+    v
 }
 
 /// `fragmentation_score_zone()` before weighting: `extfrag_for_order()` at
 /// pageblock order, the share (0..=100) of free memory outside pageblock-order
 /// blocks.
 fn zone_score(z: &Zone) -> u64 {
-    let (free, _, suitable) = contig_page_info(&zone_free_blocks(z), z.pageblock_order.idx());
+    let blocks = zone_free_blocks(z);
+    let (free, _, suitable) =
+        contig_page_info(&blocks[..=z.max_order.idx()], z.pageblock_order.idx());
     if free == 0 {
         return 0;
     }

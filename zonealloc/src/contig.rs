@@ -885,21 +885,25 @@ impl<B: Backend> ZoneAllocator<B> {
         let pb_nr = z.pageblock_order.nr_pages();
         let blocks = (start.0 & !(pb_nr - 1)..end.0).step_by(pb_nr as usize);
         let mut zl = z.lock();
-        let mut covering = Vec::new();
+        // The free blocks that cover the range, walked twice under one hold: to
+        // check that they do, then to take them off (no list of them kept).
         let mut p = start.0;
         while p < end.0 {
             let (head, order) = zl.free_block_containing(Pfn(p)).ok_or(Pfn(p))?;
-            covering.push((head, order));
             p = head.0 + order.nr_pages();
         }
-        for &(head, order) in &covering {
+        let (mut outer_start, mut outer_end) = (start.0, end.0);
+        let mut p = start.0;
+        while p < end.0 {
+            let (head, order) = zl.free_block_containing(Pfn(p)).ok_or(Pfn(p))?;
             zl.del_from_free_list(head, order, Migratetype::Isolate);
+            outer_start = outer_start.min(head.0);
+            p = head.0 + order.nr_pages();
+            outer_end = p;
         }
         for blk in blocks {
             zl.undo_isolate_pageblock(Pfn(blk));
         }
-        let outer_start = covering.first().map_or(start.0, |c| c.0 .0);
-        let outer_end = covering.last().map_or(end.0, |c| c.0 .0 + c.1.nr_pages());
         for (p, order) in chunks(Pfn(outer_start), start.0 - outer_start, z.max_order)
             .chain(chunks(end, outer_end - end.0, z.max_order))
         {

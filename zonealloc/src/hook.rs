@@ -23,7 +23,10 @@
 //!   its compaction lock is free at once, and otherwise answer
 //!   `CompactError::Reentered` (`InCallback`); direct and proactive compaction
 //!   already pass over a zone another run holds. So no callback waits on a lock,
-//!   and no cycle of waits can form.
+//!   and no cycle of waits can form. The record of the callbacks a thread is in
+//!   is a fixed array (entering a callback calls no heap): past
+//!   `CALLBACK_NESTING` (8) callbacks nested in one another, such a call answers
+//!   `Reentered` for any zone being compacted, its own allocator's or not.
 
 use crate::sync::{AtomicU32, Ordering};
 
@@ -45,25 +48,66 @@ pub(crate) fn call<R>(f: impl FnOnce() -> R) -> Result<R, Panicked> {
     }
 }
 
+/// Migration callbacks a thread's record holds, nested (see `INSIDE`): a callback
+/// that compacts another allocator, whose callback compacts a third, and so on.
+/// Past this depth a compaction call from inside answers `Reentered` rather
+/// than wait, as the allocators of the deeper callbacks are not recorded.
+#[cfg(feature = "std")]
+pub(crate) const CALLBACK_NESTING: usize = 8;
+
+/// The allocators (by the address of their compaction state) whose migration
+/// callback a thread is inside, outermost first, and how many callbacks it is
+/// inside (the first `CALLBACK_NESTING` recorded). A fixed array, so that
+/// entering a callback never calls the heap.
+#[cfg(feature = "std")]
+#[derive(Clone, Copy)]
+struct Inside {
+    keys: [usize; CALLBACK_NESTING],
+    depth: usize,
+}
+
+#[cfg(feature = "std")]
+impl Inside {
+    const NONE: Inside = Inside {
+        keys: [0; CALLBACK_NESTING],
+        depth: 0,
+    };
+
+    fn enter(mut self, key: usize) -> Inside {
+        if let Some(k) = self.keys.get_mut(self.depth) {
+            *k = key;
+        }
+        self.depth += 1;
+        self
+    }
+
+    /// Leaves the innermost callback (guards end in the reverse order of their
+    /// start, unwinding included).
+    fn leave(mut self) -> Inside {
+        self.depth -= 1;
+        self
+    }
+
+    /// Whether a callback of allocator `key` may be one this thread is inside.
+    fn holds(&self, key: usize) -> bool {
+        self.depth > CALLBACK_NESTING || self.keys[..self.depth].contains(&key)
+    }
+}
+
 #[cfg(all(feature = "std", not(loom)))]
 std::thread_local! {
-    /// The allocators (by the address of their compaction state) whose migration
-    /// callback this thread is inside, innermost last.
-    static INSIDE: core::cell::RefCell<alloc::vec::Vec<usize>> =
-        const { core::cell::RefCell::new(alloc::vec::Vec::new()) };
+    /// The migration callbacks this thread is inside.
+    static INSIDE: core::cell::Cell<Inside> = const { core::cell::Cell::new(Inside::NONE) };
 }
 
 #[cfg(loom)]
 loom::thread_local! {
-    static INSIDE: core::cell::RefCell<alloc::vec::Vec<usize>> =
-        core::cell::RefCell::new(alloc::vec::Vec::new());
+    static INSIDE: core::cell::Cell<Inside> = core::cell::Cell::new(Inside::NONE);
 }
 
 /// Marks the span of one migration callback of allocator `key`: this thread's
 /// (with `std`), counted in `running` as well (any thread's, for `no_std`).
 pub(crate) struct InCallback<'a> {
-    #[cfg(feature = "std")]
-    key: usize,
     running: &'a AtomicU32,
 }
 
@@ -72,15 +116,11 @@ impl<'a> InCallback<'a> {
     /// counts.
     pub(crate) fn enter(key: usize, running: &'a AtomicU32) -> InCallback<'a> {
         #[cfg(feature = "std")]
-        INSIDE.with(|v| v.borrow_mut().push(key));
+        INSIDE.with(|v| v.set(v.get().enter(key)));
         #[cfg(not(feature = "std"))]
         let _ = key;
         running.fetch_add(1, Ordering::Relaxed);
-        InCallback {
-            #[cfg(feature = "std")]
-            key,
-            running,
-        }
+        InCallback { running }
     }
 
     /// Whether a compaction call of allocator `key` made now may wait for a zone's
@@ -91,7 +131,7 @@ impl<'a> InCallback<'a> {
         #[cfg(feature = "std")]
         {
             let _ = running;
-            !INSIDE.with(|v| v.borrow().contains(&key))
+            !INSIDE.with(|v| v.get().holds(key))
         }
         #[cfg(not(feature = "std"))]
         {
@@ -105,10 +145,8 @@ impl Drop for InCallback<'_> {
     fn drop(&mut self) {
         #[cfg(feature = "std")]
         INSIDE.with(|v| {
-            let mut v = v.borrow_mut();
-            if let Some(i) = v.iter().rposition(|&k| k == self.key) {
-                v.remove(i);
-            }
+            debug_assert!(v.get().depth > 0);
+            v.set(v.get().leave());
         });
         self.running.fetch_sub(1, Ordering::Relaxed);
     }
@@ -241,5 +279,26 @@ mod tests {
         });
         assert_eq!(r, Err(Panicked));
         assert!(InCallback::may_wait(1, &running));
+    }
+
+    #[test]
+    fn callbacks_nested_past_the_record_refuse_every_wait() {
+        let running = AtomicU32::new(0);
+        let keys = 10..10 + CALLBACK_NESTING;
+        let guards: Vec<_> = keys
+            .clone()
+            .map(|k| InCallback::enter(k, &running))
+            .collect();
+        assert!(keys.clone().all(|k| !InCallback::may_wait(k, &running)));
+        assert!(InCallback::may_wait(1, &running), "not one of them");
+        let deeper = InCallback::enter(99, &running);
+        assert!(
+            !InCallback::may_wait(1, &running),
+            "unrecorded: any may be it"
+        );
+        drop(deeper);
+        assert!(InCallback::may_wait(1, &running));
+        drop(guards);
+        assert!(keys.clone().all(|k| InCallback::may_wait(k, &running)));
     }
 }

@@ -87,14 +87,12 @@
 //! the administrator's) and the zones' watermarks, lowmem reserves and per-CPU
 //! list sizes from their managed pages now.
 
-use alloc::vec::Vec;
-
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::frame::Word;
 use crate::migrate::{Blocker, MoveOutError};
 use crate::types::{Migratetype, Pfn};
-use crate::zone::{chunks, Zone};
+use crate::zone::{chunks, Zone, ZoneLocked};
 
 /// Why `offline_pages` or `online_pages` was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,19 +266,24 @@ impl<B: Backend> ZoneAllocator<B> {
     /// pageblocks offline; else returns the first frame in use.
     fn take_range_offline(&self, z: &Zone, start: u64, end: u64) -> Result<(), Pfn> {
         let mut zl = z.lock();
-        let mut covering = Vec::new();
+        // The free blocks that cover the range, walked twice under one hold: to
+        // check that they do, then to take them off (no list of them kept).
+        let covering = |zl: &ZoneLocked<'_>, p: u64| match zl.free_block_containing(Pfn(p)) {
+            Some((head, order)) if head.0 >= start && head.0 + order.nr_pages() <= end => {
+                Ok((head, order))
+            }
+            _ => Err(Pfn(p)),
+        };
         let mut p = start;
         while p < end {
-            match zl.free_block_containing(Pfn(p)) {
-                Some((head, order)) if head.0 >= start && head.0 + order.nr_pages() <= end => {
-                    covering.push((head, order));
-                    p = head.0 + order.nr_pages();
-                }
-                _ => return Err(Pfn(p)),
-            }
+            let (head, order) = covering(&zl, p)?;
+            p = head.0 + order.nr_pages();
         }
-        for &(head, order) in &covering {
+        let mut p = start;
+        while p < end {
+            let (head, order) = covering(&zl, p)?;
             zl.del_from_free_list(head, order, Migratetype::Isolate);
+            p = head.0 + order.nr_pages();
         }
         let t = &z.frames;
         for q in start..end {

@@ -149,7 +149,8 @@ pub struct BalanceReport {
 
 impl<B: Backend> ZoneAllocator<B> {
     /// `register_shrinker()`: from now on reclaim asks `s` for memory, as `cfg`
-    /// says. Returns its id, for `unregister_shrinker`.
+    /// says. Returns its id, for `unregister_shrinker`. A set-up call: it
+    /// allocates the shrinker's entry on the heap (a reclaim pass never does).
     pub fn register_shrinker(
         &self,
         s: alloc::sync::Arc<dyn Shrinker>,
@@ -158,7 +159,11 @@ impl<B: Backend> ZoneAllocator<B> {
         self.reclaim.shrinkers.register(s, cfg)
     }
 
-    /// `unregister_shrinker()`. A pass under way may still finish its call to it.
+    /// `unregister_shrinker()`. A pass under way may still ask it (it asks the
+    /// shrinkers registered when it began); later passes do not. A teardown
+    /// call: it frees the shrinker's entry, or, while a pass runs, leaves that
+    /// to the next `register_shrinker`/`unregister_shrinker` made while none does
+    /// (until then the entry keeps its reference to `s`).
     ///
     /// # Errors
     /// `UnknownShrinker`.

@@ -263,9 +263,12 @@ impl<B: Backend> ZoneAllocator<B> {
         if reg.is_some() {
             return Err(ReportingError::AlreadyRegistered);
         }
+        *self.reporting.batch.lock() = Vec::with_capacity(cfg.capacity);
         for z in self.zones.iter() {
             let mut zl = z.lock();
-            zl.area.report.start(order, z.start_pfn, z.spanned);
+            zl.area
+                .report
+                .start(order, z.start_pfn, z.spanned, cfg.capacity);
             z.counters.nr_reported.set(0);
             // What is free already waits for the first pass.
             z.counters.report_pending.store(true, Ordering::Relaxed);
@@ -290,6 +293,7 @@ impl<B: Backend> ZoneAllocator<B> {
         if reg.take().is_none() {
             return Err(ReportingError::NotRegistered);
         }
+        *self.reporting.batch.lock() = Vec::new();
         for z in self.zones.iter() {
             let mut zl = z.lock();
             zl.area.report.stop();
@@ -349,23 +353,38 @@ impl<B: Backend> ZoneAllocator<B> {
         }
         let _running = Running(&self.reporting.running);
         self.reporting.passes.inc(1);
+        // The registration's buffer, for this pass alone.
+        let mut batch = core::mem::take(&mut *self.reporting.batch.lock());
         let mut sum = ReportSummary::default();
-        for z in self.zones.iter() {
-            self.report_zone(z, &reg, &mut sum)?;
+        let outcome = self
+            .zones
+            .iter()
+            .try_for_each(|z| self.report_zone(z, &reg, &mut batch, &mut sum));
+        let mut slot = self.reporting.batch.lock();
+        if slot.capacity() == 0 {
+            // Back for the next pass (or, if the reporter was unregistered
+            // meanwhile, until the next registration replaces it).
+            *slot = batch;
         }
-        Ok(sum)
+        // Else registered anew meanwhile (from the reporter, say): the new
+        // registration's buffer stays, and this pass's old one is freed with it.
+        drop(slot);
+        outcome.map(|()| sum)
     }
 
     /// `page_reporting_process_zone()`.
+    /// `batch`: the registration's buffer (see `ReportingState::batch`); a batch
+    /// holds no more than it has room for.
     fn report_zone(
         &self,
         z: &Zone,
         reg: &Registered,
+        batch: &mut Vec<(Pfn, Order)>,
         sum: &mut ReportSummary,
     ) -> Result<(), ReportingError> {
-        let (r, cap) = (reg.order, reg.capacity);
+        let r = reg.order;
+        let cap = reg.capacity.min(batch.capacity());
         let mut budget = None;
-        let mut batch: Vec<(Pfn, Order)> = Vec::with_capacity(cap);
         loop {
             batch.clear();
             let current = self
@@ -423,12 +442,14 @@ impl<B: Backend> ZoneAllocator<B> {
                         break;
                     }
                     free -= o.nr_pages();
+                    let idx = z.idx(pfn);
+                    if !zl.area.report.hold(idx) {
+                        break;
+                    }
                     let mt = z.blocks.migratetype(pfn);
                     zl.del_from_free_list(pfn, o, mt);
                     zl.account_freepages(-(o.nr_pages() as i64), mt);
-                    let idx = z.idx(pfn);
                     t.set_word(idx, Word::frozen(o));
-                    zl.area.report.in_flight.push(idx);
                     batch[kept] = (pfn, o);
                     kept += 1;
                 }
@@ -438,8 +459,8 @@ impl<B: Backend> ZoneAllocator<B> {
             if batch.is_empty() {
                 return Ok(());
             }
-            let outcome = self.call_reporter(&reg.how, &batch);
-            self.put_back(z, r, &batch, outcome == Outcome::Accepted);
+            let outcome = self.call_reporter(&reg.how, batch);
+            self.put_back(z, r, batch, outcome == Outcome::Accepted);
             let rs = &self.reporting;
             rs.batches.inc(1);
             match outcome {

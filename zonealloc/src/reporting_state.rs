@@ -8,6 +8,7 @@
 //! pass holds while a reporter runs; the counters are relaxed events.
 
 use alloc::sync::Arc;
+use alloc::vec::Vec;
 
 use crate::counter::Counter;
 use crate::sync::{AtomicBool, Lock};
@@ -63,6 +64,12 @@ pub(crate) struct ReportingState {
     pub(crate) registered: Lock<Option<Registered>>,
     pub(crate) epochs: crate::sync::AtomicU64,
     pub(crate) running: AtomicBool,
+    /// The blocks of the batch a pass hands the reporter: room for `capacity`
+    /// of them, allocated at registration (empty while none is registered). A
+    /// pass takes the buffer out for its run (`running` admits one at a time) and
+    /// puts it back, so no lock is held while the reporter runs and no pass
+    /// calls the heap.
+    pub(crate) batch: Lock<Vec<(Pfn, Order)>>,
     pub(crate) passes: Counter,
     pub(crate) batches: Counter,
     pub(crate) blocks: Counter,
@@ -78,6 +85,7 @@ impl ReportingState {
             registered: Lock::new(None, None),
             epochs: crate::sync::AtomicU64::new(0),
             running: AtomicBool::new(false),
+            batch: Lock::new(Vec::new(), None),
             passes: Counter::new(),
             batches: Counter::new(),
             blocks: Counter::new(),

@@ -98,6 +98,18 @@ struct Entry {
     cfg: ShrinkerConfig,
     /// Work asked for and not done (`nr_deferred`).
     deferred: AtomicU64,
+    /// 0 while registered; once unregistered, one more than the passes begun by
+    /// then (`Registry::begun`): those passes still ask it, later ones do not.
+    /// Written under the registry's lock.
+    gone: AtomicU64,
+}
+
+impl Entry {
+    /// Whether the pass that began `begun`-th (counted from 0) asks this entry.
+    fn asked_by(&self, begun: u64) -> bool {
+        let gone = self.gone.load(Ordering::Relaxed);
+        gone == 0 || begun < gone - 1
+    }
 }
 
 /// What one round over the shrinkers did.
@@ -111,10 +123,33 @@ pub(crate) struct Shrunk {
     pub panicked: u64,
 }
 
+/// The registered shrinkers, behind one lock.
+///
+/// Invariant: `entries` are in increasing id order (ids are given out under the
+/// lock, and an entry is appended as it gets its id); an entry with `gone` set
+/// stays only while a pass may still ask it, that is while `running > 0`.
+struct Registry {
+    entries: Vec<Arc<Entry>>,
+    /// The id the next shrinker gets.
+    next_id: u64,
+    /// Reclaim passes begun since the allocator was built, and passes under way.
+    begun: u64,
+    running: u32,
+}
+
+impl Registry {
+    /// Drops the entries no pass can ask any more (none runs). Set-up and
+    /// teardown only: dropping an entry may free its memory.
+    fn purge(&mut self) {
+        if self.running == 0 {
+            self.entries.retain(|e| e.gone.load(Ordering::Relaxed) == 0);
+        }
+    }
+}
+
 /// The registered shrinkers, and counters of every call made to them.
 pub(crate) struct Shrinkers {
-    list: Lock<Vec<Arc<Entry>>>,
-    next_id: AtomicU64,
+    registry: Lock<Registry>,
     /// `slabs_scanned`.
     pub scanned: Counter,
     /// Shrinkers that panicked (caught).
@@ -125,15 +160,22 @@ impl Shrinkers {
     pub(crate) fn new() -> Shrinkers {
         Shrinkers {
             // Process context only: an interrupt's allocation never reclaims.
-            list: Lock::new(Vec::new(), None),
-            next_id: AtomicU64::new(1),
+            registry: Lock::new(
+                Registry {
+                    entries: Vec::new(),
+                    next_id: 1,
+                    begun: 0,
+                    running: 0,
+                },
+                None,
+            ),
             scanned: Counter::new(),
             panicked: Counter::new(),
         }
     }
 
+    /// Registers `s`. Set-up: allocates its entry (and may grow the registry).
     pub(crate) fn register(&self, s: Arc<dyn Shrinker>, cfg: ShrinkerConfig) -> ShrinkerId {
-        let id = ShrinkerId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let cfg = ShrinkerConfig {
             batch: if cfg.batch == 0 {
                 SHRINK_BATCH
@@ -142,46 +184,87 @@ impl Shrinkers {
             },
             ..cfg
         };
-        self.list.lock().push(Arc::new(Entry {
+        let mut r = self.registry.lock();
+        r.purge();
+        let id = ShrinkerId(r.next_id);
+        r.next_id += 1;
+        r.entries.push(Arc::new(Entry {
             id,
             shrinker: s,
             cfg,
             deferred: AtomicU64::new(0),
+            gone: AtomicU64::new(0),
         }));
         id
     }
 
-    /// Removes shrinker `id`; `false` if it is not registered. A reclaim pass
-    /// under way may still finish its call to it.
+    /// Unregisters shrinker `id`; `false` if it is not registered. Passes under
+    /// way still ask it (and may finish their call to it); later ones do not.
+    /// Teardown: frees the entry, or, while a pass runs, leaves that to the next
+    /// registration call made while none does.
     pub(crate) fn unregister(&self, id: ShrinkerId) -> bool {
-        let mut l = self.list.lock();
-        match l.iter().position(|e| e.id == id) {
-            Some(i) => {
-                l.remove(i);
-                true
-            }
-            None => false,
-        }
+        let mut r = self.registry.lock();
+        let begun = r.begun;
+        let Some(e) = r
+            .entries
+            .iter()
+            .find(|e| e.id == id && e.gone.load(Ordering::Relaxed) == 0)
+        else {
+            return false;
+        };
+        e.gone.store(begun + 1, Ordering::Relaxed);
+        r.purge();
+        true
     }
 
+    /// Whether no shrinker is registered.
     pub(crate) fn is_empty(&self) -> bool {
-        self.list.lock().is_empty()
+        let r = self.registry.lock();
+        r.entries
+            .iter()
+            .all(|e| e.gone.load(Ordering::Relaxed) != 0)
     }
 
     /// `shrink_slab()`: asks every shrinker at `priority`, for node `nid`, whose
     /// managed pages are `managed` (no shrinker can hold more: a larger `count`
     /// is taken as that).
+    ///
+    /// Shrinkers are called without the registry's lock: they may register and
+    /// unregister (themselves included) from inside, which takes effect for the
+    /// next pass. So the pass asks the shrinkers registered when it began, in the
+    /// order they were registered, walking the registry by id and taking the lock
+    /// only to find the next one and take a reference to it: no copy of the
+    /// list, and no heap call (an entry unregistered meanwhile stays in the
+    /// registry until no pass runs; see `Registry`).
     pub(crate) fn shrink(&self, gfp: Gfp, nid: u16, priority: u8, managed: u64) -> Shrunk {
-        // Called without the registry's lock: shrinkers may register and
-        // unregister (themselves included) from inside.
-        let entries: Vec<Arc<Entry>> = self.list.lock().clone();
+        let (begun, end) = {
+            let mut r = self.registry.lock();
+            r.begun += 1;
+            r.running += 1;
+            (r.begun - 1, r.next_id)
+        };
+        let mut after = 0;
         let mut out = Shrunk::default();
-        for e in entries {
+        loop {
+            let e = {
+                let r = self.registry.lock();
+                let from = r.entries.partition_point(|e| e.id.0 <= after);
+                match r.entries[from..]
+                    .iter()
+                    .take_while(|e| e.id.0 < end)
+                    .find(|e| e.asked_by(begun))
+                {
+                    Some(e) => e.clone(),
+                    None => break,
+                }
+            };
+            after = e.id.0;
             let r = shrink_one(&e, gfp, nid, priority, managed);
             out.scanned += r.scanned;
             out.freed += r.freed;
             out.panicked += r.panicked;
         }
+        self.registry.lock().running -= 1;
         self.scanned.inc(out.scanned);
         self.panicked.inc(out.panicked);
         out

@@ -53,8 +53,18 @@ pub(crate) struct FreeArea {
     /// Free page reporting (see `reporting`): which free memory has been reported.
     pub report: ReportArea,
     /// Pageblocks taken out of the zone by `offline_pages` (see `hotplug`), one
-    /// bit each by pageblock index; their frames are holes until onlined.
+    /// bit each by pageblock index; their frames are holes until onlined. Sized
+    /// for every pageblock of the zone when the zone is built (`size_offline`),
+    /// so that offlining never grows it under the zone lock.
     pub offline: alloc::vec::Vec<u64>,
+}
+
+impl FreeArea {
+    /// Sizes the offline bitmap for `nr_blocks` pageblocks, all online. Set-up:
+    /// called once, as the zone is built (`ZoneLocked::release_initial_frames`).
+    pub(crate) fn size_offline(&mut self, nr_blocks: usize) {
+        self.offline = alloc::vec![0; nr_blocks.div_ceil(64)];
+    }
 }
 
 /// A zone's free page reporting state, under the zone lock (see `reporting`).
@@ -70,7 +80,10 @@ pub(crate) struct ReportArea {
     pub reported: alloc::vec::Vec<u64>,
     pub units: u64,
     /// Heads (table indices) of the blocks a report has taken off the lists and
-    /// not yet put back: they are `Frozen`, free and the reporter's.
+    /// not yet put back: they are `Frozen`, free and the reporter's. Room for a
+    /// batch (the reporting capacity) is reserved when reporting starts, and a
+    /// pass takes no more than there is room for (`hold`): no heap call under
+    /// the zone lock.
     pub in_flight: alloc::vec::Vec<u32>,
 }
 
@@ -87,9 +100,10 @@ impl ReportArea {
         (first as usize, 1usize << (order.0 as u32 - r))
     }
 
-    /// Starts reporting at `order` over `spanned` frames from `start`: every
-    /// unit unreported.
-    pub(crate) fn start(&mut self, order: Order, start: u64, spanned: u64) {
+    /// Starts reporting at `order` over `spanned` frames from `start`, in
+    /// batches of up to `capacity` blocks: every unit unreported. Set-up: the
+    /// bitmap and the room for a batch in flight are allocated here, once.
+    pub(crate) fn start(&mut self, order: Order, start: u64, spanned: u64, capacity: usize) {
         let r = order.0 as u32;
         let units = if spanned == 0 {
             0
@@ -99,13 +113,28 @@ impl ReportArea {
         self.order = order.0;
         self.reported = alloc::vec![0; units.div_ceil(64) as usize];
         self.units = 0;
+        self.in_flight = alloc::vec::Vec::with_capacity(capacity);
     }
 
-    /// Stops reporting: no unit counts as reported any more.
+    /// Stops reporting: no unit counts as reported any more. Teardown: frees what
+    /// `start` allocated.
     pub(crate) fn stop(&mut self) {
         self.order = Self::OFF;
         self.reported = alloc::vec::Vec::new();
         self.units = 0;
+        self.in_flight = alloc::vec::Vec::new();
+    }
+
+    /// Records head `idx` as taken off the lists by a pass, if the room reserved
+    /// at `start` has some left; `false` if not (the pass takes no more: with
+    /// one pass at a time and batches of at most the capacity, only a pass
+    /// begun under an earlier registration can find it full).
+    pub(crate) fn hold(&mut self, idx: u32) -> bool {
+        if self.in_flight.len() == self.in_flight.capacity() {
+            return false;
+        }
+        self.in_flight.push(idx);
+        true
     }
 
     /// Marks the units of block `(pfn, order)` unreported; returns how many were
@@ -261,13 +290,11 @@ impl ZoneLocked<'_> {
             .is_some_and(|w| w & (1u64 << (b % 64)) != 0)
     }
 
-    /// Marks the pageblock holding `pfn` offline or online.
+    /// Marks the pageblock holding `pfn` offline or online (the bitmap has a bit
+    /// for every pageblock of the zone: see `FreeArea::size_offline`).
     pub(crate) fn set_offline(&mut self, pfn: Pfn, on: bool) {
         let b = self.zone.blocks.index(pfn);
         let bits = &mut self.area.offline;
-        if bits.len() <= b / 64 {
-            bits.resize(b / 64 + 1, 0);
-        }
         if on {
             bits[b / 64] |= 1u64 << (b % 64);
         } else {
