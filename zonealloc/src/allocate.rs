@@ -135,6 +135,48 @@ impl<B: Backend> ZoneAllocator<B> {
             .ok_or(AllocError::NoMemory { order })
     }
 
+    /// `alloc_pages` for the holder of a `PinnedCpu` token: the token's CPU's
+    /// pinned stacks first, with no lock and no atomic read-modify-write (see
+    /// `stacks`), where the platform can stop them (`Platform::can_sync_cpu`);
+    /// then that CPU's lists and the zones of its node, as `alloc_pages`.
+    ///
+    /// # Errors
+    /// As `alloc_pages`.
+    #[inline]
+    pub fn alloc_pages_pinned(
+        &self,
+        pin: &crate::stacks::PinnedCpu,
+        gfp: Gfp,
+        order: Order,
+    ) -> Result<Pfn, AllocError> {
+        let cpu = self.cpu_index(pin.cpu());
+        if self.pinned && order <= self.config.max_order && !self.debug.faults.armed() {
+            let zi = if self.single_node {
+                self.fast_zone[gfp.highest_zone().idx()]
+            } else {
+                self.preferred[usize::from(self.cpu_to_node(cpu))][gfp.highest_zone().idx()]
+                    .and_then(|(zi, _)| u8::try_from(zi).ok())
+                    .unwrap_or(u8::MAX)
+            };
+            if let Some(z) = self.zones.get(usize::from(zi)) {
+                let on = crate::stacks::On::Pinned(cpu);
+                if let Some(p) =
+                    self.alloc_fast_in(z, gfp, gfp.migratetype(), order, Head::PLAIN, on)
+                {
+                    return Ok(p);
+                }
+            }
+        }
+        self.alloc_pages_local(cpu, gfp, order, Head::PLAIN)
+    }
+
+    /// Whether `alloc_pages_pinned` and `free_pages_pinned` have pinned stacks to
+    /// use: the configuration's platform can stop them (`can_sync_cpu`), per-CPU
+    /// lists are on, and no debug mode that touches pages is set.
+    pub fn pinned_available(&self) -> bool {
+        self.pinned
+    }
+
     /// `alloc_pages_node_on` from CPU `cpu`'s node (`numa_node_id()`), as every
     /// call that names no node starts.
     #[inline]

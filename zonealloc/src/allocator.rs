@@ -54,6 +54,9 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     /// the process can use them, the configuration allows them, and no debug
     /// mode or `cpu_id` hook is set.
     pub(crate) fast: bool,
+    /// The zones' stacks are pinned (see `stacks`): `alloc_pages_pinned` and
+    /// `free_pages_pinned` use them; `alloc_pages` and `free_pages` do not.
+    pub(crate) pinned: bool,
     /// `fast`, and no fault site armed (`inject_faults` keeps it): the one load
     /// `alloc_pages` tests before its stack.
     pub(crate) fast_alloc: core::sync::atomic::AtomicBool,
@@ -187,22 +190,28 @@ impl<B: Backend> ZoneAllocator<B> {
             z.lock().release_initial_frames(present);
         }
         drop(present);
-        // With a platform the CPU is the platform's, not restartable sequences'.
-        let mut fast = config.pcp.enabled
+        // The per-CPU stacks: with restartable sequences where the process has
+        // them and the CPU is the operating system's; pinned where a platform
+        // can make another CPU pass a barrier (see `stacks`).
+        let stacks = config.pcp.enabled
             && config.pcp.rseq
             && config.cpu_id.is_none()
-            && config.platform.is_none()
             && !DebugState::new(config.debug, None).touches_pages();
-        if fast {
+        let pinned = stacks && config.platform.is_some_and(|p| p.can_sync_cpu());
+        let mut fast = stacks && config.platform.is_none();
+        if fast || pinned {
+            let mut built = true;
             for z in zones.iter_mut() {
-                fast &= crate::stack_limits::build_stacks(z, config.nr_cpus);
+                built &= crate::stack_limits::build_stacks(z, config.nr_cpus, pinned);
             }
-            if !fast {
+            if !built {
                 for z in zones.iter_mut() {
-                    z.stacks = crate::rseq::Stacks::none();
+                    z.stacks = crate::stacks::Stacks::none();
                 }
+                fast = false;
             }
         }
+        let pinned = pinned && zones.iter().all(|z| z.stacks.on());
         let mut lookup: Vec<(u64, u64, usize)> = zones
             .iter()
             .filter(|z| z.spanned > 0)
@@ -266,6 +275,7 @@ impl<B: Backend> ZoneAllocator<B> {
             node_zones: node_zones.into_boxed_slice(),
             preferred,
             fast,
+            pinned,
             fast_alloc: core::sync::atomic::AtomicBool::new(fast),
             fast_zone,
             single_node,

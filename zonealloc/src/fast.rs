@@ -36,10 +36,10 @@ use crate::buf::Buf;
 use crate::frame::{Tag, Word};
 use crate::gfp::{AllocFlags, Gfp};
 use crate::pcp::{order_to_pindex, pcp_allowed_order, pindex_to_order};
-use crate::rseq::{Miss, STACK_CAP};
 use crate::stack_limits::{
     batch_of, cap_of, factor_after_refill, limit_after_flush, limit_after_refill, stacks_of,
 };
+use crate::stacks::{Miss, On, STACK_CAP};
 use crate::sync::Ordering;
 use crate::types::{Migratetype, Order, Pfn, Wmark, NR_PCP_LISTS, PAGE_ALLOC_COSTLY_ORDER};
 use crate::zone::Zone;
@@ -71,7 +71,7 @@ impl<B: Backend> ZoneAllocator<B> {
             self.local_fast_zone(gfp)
         };
         let z = self.zones.get(usize::from(zi))?;
-        self.alloc_fast_in(z, gfp, gfp.migratetype(), order, head)
+        self.alloc_fast_in(z, gfp, gfp.migratetype(), order, head, On::Here)
     }
 
     /// The zone whose stacks `alloc_fast` pops from on a machine of several
@@ -98,14 +98,15 @@ impl<B: Backend> ZoneAllocator<B> {
         mt: Migratetype,
         order: Order,
         head: Head,
+        on: On,
     ) -> Option<Pfn> {
         if !pcp_allowed_order(order, z.pageblock_order) {
             return None;
         }
         let p = order_to_pindex(mt, order);
-        let idx = match z.stacks.pop(p) {
+        let idx = match z.stacks.pop_on(on, p) {
             Ok(idx) => idx,
-            Err(Miss::Cpu(cpu)) => self.refill_stack(z, cpu, gfp, order, mt, p)?,
+            Err(Miss::Cpu(cpu)) => self.refill_stack(z, cpu, gfp, order, mt, p, on)?,
             Err(Miss::Off) => return None,
         };
         let pfn = z.pfn_of(idx);
@@ -118,7 +119,18 @@ impl<B: Backend> ZoneAllocator<B> {
     /// also answers every error.
     #[inline(always)]
     pub(crate) fn free_fast(&self, pfn: Pfn, order: Order) -> bool {
-        if !self.fast || order > self.config.max_order {
+        if !self.fast {
+            return false;
+        }
+        self.free_fast_on(pfn, order, On::Here)
+    }
+
+    /// `free_fast` to the stacks `on` names: the CPU the thread runs on (the
+    /// caller checked `fast`), or a pinned token's (the caller checked
+    /// `pinned`).
+    #[inline(always)]
+    pub(crate) fn free_fast_on(&self, pfn: Pfn, order: Order, on: On) -> bool {
+        if order > self.config.max_order {
             return false;
         }
         // One zone (the common case): no lookup, one range check.
@@ -155,8 +167,8 @@ impl<B: Backend> ZoneAllocator<B> {
             }
         }
         let p = pcp_index(t, order, z.pageblock_order);
-        if let Err(miss) = z.stacks.push(p, idx) {
-            self.free_stack_slow(z, pfn, order, p, miss);
+        if let Err(miss) = z.stacks.push_on(on, p, idx) {
+            self.free_stack_slow(z, pfn, order, p, miss, on);
         }
         true
     }
@@ -176,7 +188,7 @@ impl<B: Backend> ZoneAllocator<B> {
         z.frames.set_word(idx, Word::pcp(order, 0));
         let p = order_to_pindex(mt, order);
         if let Err(miss) = z.stacks.push(p, idx) {
-            self.free_stack_slow(z, pfn, order, p, miss);
+            self.free_stack_slow(z, pfn, order, p, miss, On::Here);
         }
         true
     }
@@ -206,6 +218,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// the CPU's lock is taken, or the thread lost its stack meanwhile.
     #[cold]
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn refill_stack(
         &self,
         z: &Zone,
@@ -214,6 +227,7 @@ impl<B: Backend> ZoneAllocator<B> {
         order: Order,
         mt: Migratetype,
         p: usize,
+        on: On,
     ) -> Option<u32> {
         let nofragment = self.preferred[usize::from(z.id.node)][gfp.highest_zone().idx()]
             .is_some_and(|(_, n)| n);
@@ -287,7 +301,7 @@ impl<B: Backend> ZoneAllocator<B> {
         // One for this call, the rest on the stack of the CPU the thread runs on now.
         let (&mine, rest) = buf.as_slice().split_last()?;
         if !rest.is_empty() {
-            match z.stacks.push_all(p, rest) {
+            match z.stacks.push_all_on(on, p, rest) {
                 Some(c) => {
                     if let Some(cs) = z.stacks.cpu(c) {
                         cs.count_in(p, rest.len() as u64);
@@ -316,7 +330,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// CPU's lock is taken, the block goes the ordinary way.
     #[cold]
     #[inline(never)]
-    fn free_stack_slow(&self, z: &Zone, pfn: Pfn, order: Order, p: usize, miss: Miss) {
+    fn free_stack_slow(&self, z: &Zone, pfn: Pfn, order: Order, p: usize, miss: Miss, on: On) {
         let idx = z.idx(pfn);
         let locked = match miss {
             Miss::Cpu(cpu) => z.pcp_trylock(cpu % z.pcp.len()).zip(z.stacks.cpu(cpu)),
@@ -324,7 +338,11 @@ impl<B: Backend> ZoneAllocator<B> {
         };
         let Some((pcp, cs)) = locked else {
             z.frames.set_word(idx, Word::frozen(order));
-            return self.free_frozen(z, pfn, order, self.current_cpu());
+            let cpu = match on {
+                On::Pinned(cpu) => cpu,
+                On::Here => self.current_cpu(),
+            };
+            return self.free_frozen(z, pfn, order, cpu);
         };
         let tune = &cs.tune[p];
         let cap = cap_of(pcp.pcp.high_max, order);
@@ -344,8 +362,8 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut buf = Buf::<u32, STACK_CAP>::new();
         // SAFETY: `pop_many` writes the first `n` entries of the slice it is given.
         #[allow(unsafe_code)]
-        let (c, n) =
-            unsafe { buf.extend_with(want, |out| z.stacks.pop_many(p, out)) }.unwrap_or((0, 0));
+        let (c, n) = unsafe { buf.extend_with(want, |out| z.stacks.pop_many_on(on, p, out)) }
+            .unwrap_or((0, 0));
         if n > 0 {
             if let Some(cs) = z.stacks.cpu(c) {
                 cs.count_out(p, n as u64);

@@ -444,7 +444,7 @@ unsafe impl Sync for FrameTable {}
 enum Storage {
     /// Lines built one by one (loom's atomics cannot start as zeroed memory).
     #[cfg(loom)]
-    Boxed(alloc::boxed::Box<[Line]>),
+    Boxed(#[allow(dead_code)] alloc::boxed::Box<[Line]>),
     /// Zeroed memory from the global heap, the whole run backed (where the
     /// allocator cannot map its own: no `std`, not Linux, or under Miri).
     #[cfg(not(loom))]
@@ -465,7 +465,7 @@ pub(crate) enum TableSource<'a> {
     /// the global heap.
     Own,
     /// The caller's `MemMap`.
-    Given(&'a mut dyn crate::memmap::MemMap),
+    Given(#[cfg_attr(loom, allow(dead_code))] &'a mut dyn crate::memmap::MemMap),
 }
 
 /// A zone's buddy lists: one per order and migratetype, each with a sentinel
@@ -729,14 +729,14 @@ impl FrameTable {
 
     /// Backs bytes `[from, to)` of the run with writable memory.
     #[allow(unsafe_code)]
+    #[cfg(not(loom))]
     fn populate(&self, from: usize, to: usize, src: &mut TableSource<'_>) -> bool {
         let Some(start) = NonNull::new(self.lines.as_ptr().cast::<u8>().wrapping_add(from)) else {
             return false;
         };
         match (&self.storage, src) {
-            #[cfg(not(loom))]
             (Storage::Given, TableSource::Given(m)) => m.populate(start, to - from),
-            #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
+            #[cfg(all(feature = "std", target_os = "linux", not(miri)))]
             (Storage::Mapped, _) => {
                 let first = from / 4096 * 4096;
                 let end = to.next_multiple_of(4096);
@@ -753,6 +753,12 @@ impl FrameTable {
             }
             _ => true,
         }
+    }
+
+    /// Under loom every line is built: nothing to back.
+    #[cfg(loom)]
+    fn populate(&self, _from: usize, _to: usize, _src: &mut TableSource<'_>) -> bool {
+        true
     }
 
     /// Whether backing more of the table needs the caller's `MemMap` (the table
@@ -1421,7 +1427,7 @@ mod tests {
     /// sections (and the tail) are backed, every other frame reads as a hole,
     /// and memory arriving later backs its section then.
     #[test]
-    #[cfg(not(loom))]
+    #[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
     fn a_sparse_table_backs_the_sections_that_hold_memory() {
         use ZONE_LISTS;
         let s = SECTION_FRAMES;

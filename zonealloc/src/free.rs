@@ -47,6 +47,26 @@ impl<B: Backend> ZoneAllocator<B> {
         self.free_pages_by(Via::Cpu(self.current_cpu()), pfn, order, Holder::Raw)
     }
 
+    /// `free_pages` for the holder of a `PinnedCpu` token: a plain block freed to
+    /// the token's CPU's pinned stack with its one compare-and-swap (see
+    /// `alloc_pages_pinned`), anything else to that CPU's lists as `free_pages`.
+    ///
+    /// # Errors
+    /// As `free_pages`.
+    #[inline]
+    pub fn free_pages_pinned(
+        &self,
+        pin: &crate::stacks::PinnedCpu,
+        pfn: Pfn,
+        order: Order,
+    ) -> Result<(), FreeError> {
+        let cpu = self.cpu_index(pin.cpu());
+        if self.pinned && self.free_fast_on(pfn, order, crate::stacks::On::Pinned(cpu)) {
+            return Ok(());
+        }
+        self.free_pages_by(Via::Cpu(cpu), pfn, order, Holder::Raw)
+    }
+
     /// As `free_pages`, freeing to CPU `cpu`'s lists (taken modulo `nr_cpus`).
     ///
     /// # Errors

@@ -96,7 +96,7 @@
 //! | `frame`, `memmap` | per-frame metadata (16 bytes), the frame state machine, intrusive lists; where the frame tables live |
 //! | `config` | the configuration with every layer's tunables, and what its frame tables will take |
 //! | `pageblock` | pageblock migratetypes and isolation bits |
-//! | `backend`, `arena`, `os`, `rseq`, `numa` | what stands behind the frames; the current CPU; the per-CPU stacks' restartable sequences; the host's NUMA topology and `mbind` |
+//! | `backend`, `arena`, `os`, `stacks`, `rseq`, `numa`, `pinning` | what stands behind the frames; the current CPU; the per-CPU stacks and their pinned protocol; their restartable sequences; the host's NUMA topology and `mbind`; threads pinned to CPUs as a platform |
 //! | `zone` | a zone: its lock, free lists, counters, watermark checks (and its per-CPU slots) |
 //! | `buddy`, `isolate` | split, merge, fallback, highatomic reserves, pageblock isolation (zone lock held) |
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
@@ -108,7 +108,7 @@
 //! | `stats`, `check` | buddyinfo, pagetypeinfo, zoneinfo, vmstat, fragmentation indices; validators |
 //! | `vmalloc`, `vmap_tree` | virtually contiguous areas; free addresses in an augmented AVL tree |
 
-#![cfg_attr(not(feature = "std"), no_std)]
+#![cfg_attr(not(any(feature = "std", test)), no_std)]
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
@@ -116,7 +116,9 @@
 #![allow(clippy::needless_range_loop)]
 
 extern crate alloc;
-#[cfg(feature = "std")]
+// The unit tests use std (its test harness, threads) even in the `no_std`
+// configuration, whose code is otherwise what a kernel builds.
+#[cfg(any(feature = "std", test))]
 extern crate std;
 
 mod allocate;
@@ -159,6 +161,8 @@ mod owned;
 pub mod page_frag;
 mod pageblock;
 mod pcp;
+#[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
+mod pinning;
 mod platform;
 pub mod reclaim;
 pub mod reporting;
@@ -182,6 +186,7 @@ mod rseq;
 mod rseq;
 mod shrinker;
 mod stack_limits;
+mod stacks;
 mod stats;
 mod sync;
 mod types;
@@ -216,6 +221,8 @@ pub use migrator::{Migrate, MigrateOutcome, Migration};
 pub use owned::PageBlock;
 pub use page_frag::{FragError, Fragment, PageFragCache, PAGE_FRAG_CACHE_MAX_SIZE};
 pub use pcp::{pcp_order_slot, PCP_ORDER_SLOTS};
+#[cfg(all(feature = "std", target_os = "linux", not(any(loom, miri))))]
+pub use pinning::{LinuxThreads, PinnedThread};
 pub use platform::Platform;
 #[cfg(all(feature = "std", not(loom)))]
 pub use reclaim::KswapdWorker;
@@ -228,6 +235,7 @@ pub use reporting::{
     PageReporter, ReportRefused, ReportSummary, Reporter, ReportingConfig, ReportingError,
     ReportingStats, PAGE_REPORTING_CAPACITY, PAGE_REPORTING_CAPACITY_MAX,
 };
+pub use stacks::PinnedCpu;
 pub use stats::{
     fragmentation_index, unusable_free_index, BuddyInfo, FragmentationIndex, PageTypeInfo,
     PagesetInfo, PcpCpuStats, PcpStatsZone, VmStat, ZoneEventCounts, ZoneFreeCounts, ZoneInfo,

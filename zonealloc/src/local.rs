@@ -249,7 +249,14 @@ impl<'a, B: Backend> LocalCache<'a, B> {
                 && order <= za.config.max_order
             {
                 let z = self.zone;
-                if let Some(p) = za.alloc_fast_in(z, self.gfp, self.mt, order, Head::PLAIN) {
+                if let Some(p) = za.alloc_fast_in(
+                    z,
+                    self.gfp,
+                    self.mt,
+                    order,
+                    Head::PLAIN,
+                    crate::stacks::On::Here,
+                ) {
                     return Ok(p);
                 }
             }

@@ -43,6 +43,7 @@
 use crate::buf::Buf;
 use crate::counter::Counter;
 use crate::frame::{FrameList, Word, NIL};
+use crate::stacks::{CpuStacks, Mode};
 use crate::sync::{Irq, Ordering, TryLock, TryLockGuard};
 use crate::types::{
     Migratetype, Order, Pfn, MIGRATE_PCPTYPES, NR_PCP_LISTS, PAGE_ALLOC_COSTLY_ORDER,
@@ -197,8 +198,13 @@ impl Drop for PcpLocked<'_> {
     fn drop(&mut self) {
         if self.stopped {
             let z = self.zone;
-            for i in (self.cpu..z.stacks.len()).step_by(z.pcp.len()) {
-                z.stacks.resume(i);
+            match z.stacks.mode() {
+                Mode::Pinned => z.stacks.resume_pinned(self.cpu),
+                _ => {
+                    for i in (self.cpu..z.stacks.len()).step_by(z.pcp.len()) {
+                        z.stacks.resume(i);
+                    }
+                }
             }
         }
     }
@@ -280,32 +286,48 @@ impl PcpSlot {
 }
 
 impl PcpLocked<'_> {
-    /// Stops this CPU's stacks (see `rseq`) and moves their blocks onto its lists,
-    /// the top of each stack at the head of its list: from then on the lists hold
-    /// everything the CPU holds, until this guard is dropped.
-    pub(crate) fn stop_stacks(&mut self) {
+    /// Stops this CPU's stacks (see `stacks`) and moves their blocks onto its
+    /// lists, the top of each stack at the head of its list: from then on the
+    /// lists hold everything the CPU holds, until this guard is dropped. Pinned
+    /// stacks were stopped before the lock was taken (`pinned_stopped`: whether
+    /// that worked; see `Zone::pcp_lock`).
+    pub(crate) fn stop_stacks(&mut self, pinned_stopped: bool) {
         let z = self.zone;
-        if !z.stacks.on() {
-            return;
-        }
-        self.stopped = true;
-        let mut taken = alloc::vec::Vec::new();
-        let mut pages = 0;
-        // Stack `i` belongs to the lists of CPU `i % nr_cpus`.
-        for i in (self.cpu..z.stacks.len()).step_by(z.pcp.len()) {
-            let Some(cs) = z.stacks.stop(i) else {
-                continue;
-            };
-            for p in 0..NR_PCP_LISTS {
-                taken.clear();
-                cs.take_all_stopped(p, &mut taken);
-                let order = pindex_to_order(p, z.pageblock_order);
-                for &idx in &taken {
-                    z.frames.set_word(idx, Word::pcp(order, self.cpu as u8));
-                    self.pcp.lists[p].push_head(&z.frames, idx);
+        match z.stacks.mode() {
+            Mode::Off => {}
+            Mode::Rseq => {
+                self.stopped = true;
+                // Stack `i` belongs to the lists of CPU `i % nr_cpus`.
+                for i in (self.cpu..z.stacks.len()).step_by(z.pcp.len()) {
+                    if let Some(cs) = z.stacks.stop(i) {
+                        self.take_stacked(cs);
+                    }
                 }
-                pages += (taken.len() as u64) << order.0;
             }
+            Mode::Pinned => {
+                if pinned_stopped {
+                    self.stopped = true;
+                    if let Some(cs) = z.stacks.cpu(self.cpu) {
+                        self.take_stacked(cs);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves the blocks of stopped stacks `cs` onto this CPU's lists.
+    fn take_stacked(&mut self, cs: &CpuStacks) {
+        let z = self.zone;
+        let mut pages = 0;
+        for p in 0..NR_PCP_LISTS {
+            let order = pindex_to_order(p, z.pageblock_order);
+            let word = Word::pcp(order, self.cpu as u8);
+            let list = &mut self.pcp.lists[p];
+            cs.take_all_stopped(p, |idx| {
+                z.frames.set_word(idx, word);
+                list.push_head(&z.frames, idx);
+                pages += order.nr_pages();
+            });
         }
         if pages > 0 {
             let c = self.pcp.count + pages;

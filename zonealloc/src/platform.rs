@@ -26,8 +26,8 @@
 //!   (an inter-processor interrupt whose handler acknowledges, as Linux's
 //!   `smp_call_function_single(.., wait)`). A thread that drains another CPU's
 //!   stacks needs it when callers use the pinned fast path
-//!   (`ZoneAllocator::alloc_pages_pinned`); a platform that cannot answer `false`,
-//!   and the pinned fast path is then off.
+//!   (`ZoneAllocator::alloc_pages_pinned`); a platform that cannot says so
+//!   (`can_sync_cpu`, `false` by default), and the pinned fast path is then off.
 //!
 //! ```
 //! use zonealloc::{Config, Gfp, Order, Platform, ZoneAllocator};
@@ -75,10 +75,26 @@ pub trait Platform: Sync + core::fmt::Debug {
     /// allocator takes it modulo `Config::nr_cpus`.
     fn cpu_id(&self) -> usize;
 
+    /// Whether `sync_cpu` works on this platform. With it, the allocator gives
+    /// each CPU per-CPU stacks that the holder of a `PinnedCpu` token uses with
+    /// no lock and no atomic read-modify-write (`alloc_pages_pinned`,
+    /// `free_pages_pinned`); without it (the default) those calls take the
+    /// per-CPU lists.
+    fn can_sync_cpu(&self) -> bool {
+        false
+    }
+
     /// Makes CPU `cpu` execute a full memory barrier at a point where it is not
-    /// inside a pinned section (interrupts enabled, or between two calls), and
-    /// returns once it has; `true` if it did. The default answers `false`: the
-    /// pinned fast path is then unavailable (`ZoneAllocator::pinned_available`).
+    /// inside a pinned section, and returns once it has: `true` if it did,
+    /// `false` if it cannot now (that CPU's stacks are then left as they are for
+    /// this drain). A kernel sends an inter-processor interrupt whose handler
+    /// executes a fence and acknowledges (a pinned section runs with
+    /// preemption off, so the interrupt lands outside it, or the section checks
+    /// in time); a program calls `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`.
+    /// It may be called with interrupts disabled and with allocator locks held:
+    /// an implementation that waits for an acknowledgement must meanwhile serve
+    /// the requests addressed to its own CPU, so that two CPUs syncing each other
+    /// never deadlock. Called only where `can_sync_cpu` answers `true`.
     fn sync_cpu(&self, cpu: usize) -> bool {
         let _ = cpu;
         false

@@ -33,56 +33,11 @@
 
 #![allow(unsafe_code)]
 
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 
-use crate::types::NR_PCP_LISTS;
-
-/// Blocks one stack can hold (a power of two: a sequence finds a stack's slots
-/// with a shift).
-pub(crate) const STACK_CAP: usize = 512;
-const _: () = assert!(STACK_CAP.is_power_of_two());
-const LEN_MASK: u64 = 0xffff;
-const PUSH_SHIFT: u32 = 16;
-
-/// Tuning of one stack, changed only by the holder of its CPU's pcp lock.
-#[derive(Default)]
-pub(crate) struct Tune {
-    /// Batches held before a free flushes (2 to `MAX_BATCHES`).
-    pub limit: AtomicU8,
-    /// Flushes since the last refill.
-    pub flush_run: AtomicU8,
-    /// A refill takes `batch << alloc_factor` blocks.
-    pub alloc_factor: AtomicU8,
-}
-
-/// One CPU's stacks for one zone, 32 KiB apart, so that a sequence finds its CPU's
-/// with a shift.
-#[repr(C, align(32768))]
-pub(crate) struct CpuStacks {
-    /// Non-zero while a remote thread owns these stacks (see `Stacks::stop`).
-    stopped: AtomicU32,
-    _pad: u32,
-    /// Per stack: a push finding this many blocks or more fails (a flush is due).
-    lim: [AtomicU32; NR_PCP_LISTS],
-    /// Per stack: length | pushes << 16. The commit word.
-    words: [AtomicU64; NR_PCP_LISTS],
-    /// Per stack: blocks put on by refills, taken off by flushes and stops.
-    inflow: [AtomicU64; NR_PCP_LISTS],
-    outflow: [AtomicU64; NR_PCP_LISTS],
-    pub tune: [Tune; NR_PCP_LISTS],
-    slots: [[AtomicU32; STACK_CAP]; NR_PCP_LISTS],
-}
-
-const OFF_LIM: usize = core::mem::offset_of!(CpuStacks, lim);
-const OFF_WORDS: usize = core::mem::offset_of!(CpuStacks, words);
-const OFF_SLOTS: usize = core::mem::offset_of!(CpuStacks, slots);
-const STRIDE: usize = core::mem::size_of::<CpuStacks>();
-const STRIDE_SHIFT: u32 = STRIDE.trailing_zeros();
-const _: () = assert!(STRIDE == 1 << STRIDE_SHIFT);
-// The sequences read these three fields of `Stacks` at these offsets.
-const _: () = assert!(core::mem::offset_of!(Stacks, base) == 0);
-const _: () = assert!(core::mem::offset_of!(Stacks, n) == 8);
-const _: () = assert!(core::mem::offset_of!(Stacks, rs_offset) == 16);
+use crate::stacks::{
+    CpuStacks, Miss, Mode, Stacks, OFF_LIM, OFF_SLOTS, OFF_WORDS, STACK_CAP, STRIDE, STRIDE_SHIFT,
+};
 
 /// The head of every sequence: arms the thread's rseq area with the sequence's
 /// descriptor (label 9; the kernel clears it on an abort, so a restart at label 2
@@ -137,55 +92,6 @@ macro_rules! descriptor {
             ".popsection\n",
         )
     };
-}
-
-impl CpuStacks {
-    fn new() -> CpuStacks {
-        CpuStacks {
-            stopped: AtomicU32::new(0),
-            _pad: 0,
-            lim: Default::default(),
-            words: Default::default(),
-            inflow: Default::default(),
-            outflow: Default::default(),
-            tune: Default::default(),
-            slots: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU32::new(0))),
-        }
-    }
-
-    /// Blocks on stack `p` now (lock-free; exact while stopped).
-    #[inline]
-    pub(crate) fn len(&self, p: usize) -> u64 {
-        self.words[p].load(Ordering::Relaxed) & LEN_MASK
-    }
-
-    /// Blocks handed out by pops of stack `p` so far (exact once quiet).
-    pub(crate) fn pops(&self, p: usize) -> u64 {
-        let w = self.words[p].load(Ordering::Acquire);
-        let pushes = w >> PUSH_SHIFT;
-        (pushes + self.inflow[p].load(Ordering::Relaxed))
-            .saturating_sub(self.outflow[p].load(Ordering::Relaxed) + (w & LEN_MASK))
-    }
-
-    /// Blocks pushed by frees so far.
-    pub(crate) fn pushes(&self, p: usize) -> u64 {
-        self.words[p].load(Ordering::Relaxed) >> PUSH_SHIFT
-    }
-
-    /// Sets the length at which a push fails (a flush is due).
-    pub(crate) fn set_lim(&self, p: usize, lim: u32) {
-        self.lim[p].store(lim.min(STACK_CAP as u32), Ordering::Relaxed);
-    }
-
-    /// Counts blocks a refill put on stack `p`.
-    pub(crate) fn count_in(&self, p: usize, n: u64) {
-        self.inflow[p].fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Counts blocks a flush took off stack `p`.
-    pub(crate) fn count_out(&self, p: usize, n: u64) {
-        self.outflow[p].fetch_add(n, Ordering::Relaxed);
-    }
 }
 
 /// Whether this process can use the stacks: glibc registered an rseq area for
@@ -277,16 +183,6 @@ fn area() -> *mut u8 {
     tp.wrapping_add_signed(rseq_offset()) as *mut u8
 }
 
-/// Why a push or pop did not happen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Miss {
-    /// The stack of CPU `.0` is empty (pop) or at its limit (push).
-    Cpu(usize),
-    /// No stack to use: this thread's CPU is stopped or out of range, or the
-    /// process has no stacks.
-    Off,
-}
-
 /// Arguments of the bulk sequences, read from memory inside them; the first two
 /// words are laid out as `Stacks`' (see `enter!`).
 #[repr(C)]
@@ -299,63 +195,18 @@ struct Bulk {
     k: u64,
 }
 
-/// A zone's per-CPU stacks (empty when the process cannot use them).
-#[repr(C)]
-pub(crate) struct Stacks {
-    /// `cpus`' address and length, first, where a sequence reads them through one
-    /// pointer to `Stacks` (one register fewer at the call site).
-    base: usize,
-    n: usize,
-    /// glibc's `__rseq_offset`, a constant of the process, kept here beside the
-    /// two above: one load from a line the call reads anyway.
-    rs_offset: isize,
-    cpus: alloc::boxed::Box<[CpuStacks]>,
-}
-
 impl Stacks {
-    /// No stacks: every call takes the per-CPU lists' try-lock path.
-    pub(crate) fn none() -> Stacks {
-        Stacks::of(alloc::boxed::Box::new([]))
-    }
-
     /// Stacks for every CPU the system may bring online, and at least `nr_cpus`,
-    /// if this process can use them. Stack `i` belongs to the per-CPU lists of
-    /// CPU `i % nr_cpus`.
-    pub(crate) fn new(nr_cpus: usize) -> Stacks {
+    /// if this process can use restartable sequences; none otherwise. Stack `i`
+    /// belongs to the per-CPU lists of CPU `i % nr_cpus`.
+    pub(crate) fn rseq(nr_cpus: usize) -> Stacks {
         if !available() {
             return Stacks::none();
         }
         // SAFETY: sysconf has no preconditions.
         let conf = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
         let n = nr_cpus.max(conf.clamp(1, 4096) as usize);
-        let mut v = alloc::vec::Vec::with_capacity(n);
-        v.resize_with(n, CpuStacks::new);
-        Stacks::of(v.into_boxed_slice())
-    }
-
-    fn of(cpus: alloc::boxed::Box<[CpuStacks]>) -> Stacks {
-        Stacks {
-            base: cpus.as_ptr() as usize,
-            n: cpus.len(),
-            rs_offset: if cpus.is_empty() { 0 } else { rseq_offset() },
-            cpus,
-        }
-    }
-
-    /// Whether there are stacks at all.
-    #[inline(always)]
-    pub(crate) fn on(&self) -> bool {
-        !self.cpus.is_empty()
-    }
-
-    /// How many CPUs have stacks.
-    pub(crate) fn len(&self) -> usize {
-        self.cpus.len()
-    }
-
-    /// CPU `cpu`'s stacks.
-    pub(crate) fn cpu(&self, cpu: usize) -> Option<&CpuStacks> {
-        self.cpus.get(cpu)
+        Stacks::of(Stacks::build(n), Mode::Rseq, rseq_offset())
     }
 
     fn index_of(&self, c: *const CpuStacks) -> usize {
@@ -644,22 +495,5 @@ impl Stacks {
         if let Some(c) = self.cpus.get(cpu) {
             c.stopped.store(0, Ordering::Release);
         }
-    }
-}
-
-impl CpuStacks {
-    /// Takes every block off stack `p` of a stopped CPU, bottom first. Counts them
-    /// out.
-    pub(crate) fn take_all_stopped(&self, p: usize, out: &mut alloc::vec::Vec<u32>) {
-        debug_assert_ne!(self.stopped.load(Ordering::Relaxed), 0);
-        let w = self.words[p].load(Ordering::Acquire);
-        let len = (w & LEN_MASK) as usize;
-        out.extend(
-            self.slots[p][..len]
-                .iter()
-                .map(|s| s.load(Ordering::Relaxed)),
-        );
-        self.words[p].store(w & !LEN_MASK, Ordering::Release);
-        self.outflow[p].fetch_add(len as u64, Ordering::Relaxed);
     }
 }

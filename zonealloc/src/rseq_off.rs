@@ -1,90 +1,31 @@
-//! No per-CPU stacks on this target (not x86-64 Linux with glibc and `std`, or
-//! under loom or Miri): every call takes the per-CPU lists' try-lock path. The
-//! same interface as `rseq.rs`, with nothing behind it.
+//! No restartable sequences on this target (not x86-64 Linux with glibc and
+//! `std`, or under loom or Miri): the sequences' operations find no stacks, and
+//! every call that would use them takes the per-CPU lists' try-lock path (or,
+//! with a platform, the pinned stacks of `stacks`). The same interface as
+//! `rseq.rs`, with nothing behind it.
 
-#![allow(dead_code)]
-
-use core::sync::atomic::AtomicU8;
-
-/// Blocks one stack can hold.
-pub(crate) const STACK_CAP: usize = 512;
-
-/// Tuning of one stack.
-#[derive(Default)]
-pub(crate) struct Tune {
-    pub limit: AtomicU8,
-    pub flush_run: AtomicU8,
-    pub alloc_factor: AtomicU8,
-}
-
-/// One CPU's stacks: never built here.
-pub(crate) struct CpuStacks {
-    pub tune: [Tune; crate::types::NR_PCP_LISTS],
-    never: core::convert::Infallible,
-}
-
-impl CpuStacks {
-    pub(crate) fn len(&self, _p: usize) -> u64 {
-        match self.never {}
-    }
-    pub(crate) fn pops(&self, _p: usize) -> u64 {
-        match self.never {}
-    }
-    pub(crate) fn pushes(&self, _p: usize) -> u64 {
-        match self.never {}
-    }
-    pub(crate) fn set_lim(&self, _p: usize, _lim: u32) {
-        match self.never {}
-    }
-    pub(crate) fn count_in(&self, _p: usize, _n: u64) {
-        match self.never {}
-    }
-    pub(crate) fn count_out(&self, _p: usize, _n: u64) {
-        match self.never {}
-    }
-    pub(crate) fn take_all_stopped(&self, _p: usize, _out: &mut alloc::vec::Vec<u32>) {
-        match self.never {}
-    }
-}
-
-/// Why a push or pop did not happen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Miss {
-    Cpu(usize),
-    Off,
-}
-
-/// No stacks.
-pub(crate) struct Stacks;
+use crate::stacks::{CpuStacks, Miss, Stacks};
 
 impl Stacks {
-    pub(crate) fn none() -> Stacks {
-        Stacks
+    /// No stacks for restartable sequences here.
+    pub(crate) fn rseq(_nr_cpus: usize) -> Stacks {
+        Stacks::none()
     }
-    pub(crate) fn new(_nr_cpus: usize) -> Stacks {
-        Stacks
-    }
-    #[inline(always)]
-    pub(crate) fn on(&self) -> bool {
-        false
-    }
-    pub(crate) fn len(&self) -> usize {
-        0
-    }
-    pub(crate) fn cpu(&self, _cpu: usize) -> Option<&CpuStacks> {
-        None
-    }
+
     #[inline(always)]
     pub(crate) fn pop(&self, _p: usize) -> Result<u32, Miss> {
         Err(Miss::Off)
     }
+
     #[inline(always)]
     pub(crate) fn push(&self, _p: usize, _idx: u32) -> Result<(), Miss> {
         Err(Miss::Off)
     }
+
     pub(crate) fn push_all(&self, _p: usize, _blocks: &[u32]) -> Option<usize> {
         None
     }
+
     pub(crate) fn pop_many(
         &self,
         _p: usize,
@@ -92,8 +33,10 @@ impl Stacks {
     ) -> Option<(usize, usize)> {
         None
     }
+
     pub(crate) fn stop(&self, _cpu: usize) -> Option<&CpuStacks> {
         None
     }
+
     pub(crate) fn resume(&self, _cpu: usize) {}
 }

@@ -10,7 +10,7 @@
 //! a flush use them is told at the top of `fast`.
 
 use crate::pcp::pindex_to_order;
-use crate::rseq::{CpuStacks, Stacks, STACK_CAP};
+use crate::stacks::{CpuStacks, Stacks, STACK_CAP};
 use crate::sync::Ordering;
 use crate::types::{Order, NR_PCP_LISTS, PAGE_ALLOC_COSTLY_ORDER};
 use crate::zone::Zone;
@@ -84,9 +84,14 @@ pub(crate) fn cap_of(high_max: u64, order: Order) -> usize {
 }
 
 /// Builds `z`'s stacks for `nr_cpus` CPUs (their limits are set with the per-CPU
-/// lists', by `reset_limits`); `false` if the process cannot use them.
-pub(crate) fn build_stacks(z: &mut Zone, nr_cpus: usize) -> bool {
-    z.stacks = Stacks::new(nr_cpus);
+/// lists', by `reset_limits`), used with restartable sequences, or `pinned`;
+/// `false` if the process cannot use them.
+pub(crate) fn build_stacks(z: &mut Zone, nr_cpus: usize, pinned: bool) -> bool {
+    z.stacks = if pinned {
+        Stacks::pinned(nr_cpus)
+    } else {
+        Stacks::rseq(nr_cpus)
+    };
     z.stacks.on()
 }
 

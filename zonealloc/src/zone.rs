@@ -267,7 +267,10 @@ pub(crate) struct Zone {
     pub pcp: Box<[PcpSlot]>,
     /// The per-CPU stacks in front of `pcp` (see `rseq`); empty where the
     /// process cannot use them or the configuration turns them off.
-    pub stacks: crate::rseq::Stacks,
+    pub stacks: crate::stacks::Stacks,
+    /// The platform: what the zone's locks disable interrupts through, and what
+    /// stops another CPU's pinned stacks (`Platform::sync_cpu`).
+    pub platform: crate::sync::Irq,
     /// Frozen blocks whose free found the zone lock taken (`free_pages_nolock`),
     /// a stack linked through their `prev` links: the first one's index, `NIL`
     /// for none (see `defer_free`).
@@ -450,7 +453,8 @@ impl Zone {
             flags: AtomicU8::new(0),
             pcp: (0..nr_cpus).map(|_| PcpSlot::new(1, 0, 0, irq)).collect(),
             deferred: AtomicU32::new(crate::frame::NIL),
-            stacks: crate::rseq::Stacks::none(),
+            stacks: crate::stacks::Stacks::none(),
+            platform: irq,
         };
         let counted = (0..zone.blocks.len())
             .filter(|&i| zone.blocks.raw(i) & COUNTED != 0)
@@ -470,8 +474,15 @@ impl Zone {
     /// sees every block the CPU holds, and no fast path on that CPU commits until
     /// the lock is released.
     pub(crate) fn pcp_lock(&self, cpu: usize) -> PcpLocked<'_> {
+        // Pinned stacks stop before the lock: the barrier on that CPU may need
+        // it to take an interrupt, which the lock's interrupt guard would hold
+        // off on this one while another CPU waits for it (see `stacks`).
+        let pinned = self.stacks.mode() == crate::stacks::Mode::Pinned
+            && self
+                .platform
+                .is_some_and(|p| self.stacks.stop_pinned(cpu, p));
         let mut l = self.pcp[cpu].lock(self, cpu);
-        l.stop_stacks();
+        l.stop_stacks(pinned);
         l
     }
 
@@ -765,5 +776,19 @@ mod tests {
             .map(|(p, o)| (p.0, o.0))
             .collect();
         assert_eq!(got, [(0, 10), (1024, 9)]);
+    }
+
+    /// What docs/kernel.md says a kernel pays per CPU and per zone besides the
+    /// frame tables: a per-CPU slot (lists, lock, counters) within 1 KiB, one
+    /// CPU's stacks 32 KiB, and the zone itself within 8 KiB.
+    #[test]
+    #[cfg(not(loom))]
+    fn the_per_cpu_and_per_zone_costs_are_what_the_kernel_guide_says() {
+        let slot = core::mem::size_of::<PcpSlot>();
+        let stacks = core::mem::size_of::<crate::stacks::CpuStacks>();
+        let zone = core::mem::size_of::<Zone>();
+        assert!(slot <= 1024, "a per-CPU slot takes {slot} bytes");
+        assert_eq!(stacks, 32 << 10);
+        assert!(zone <= 8 << 10, "a zone takes {zone} bytes");
     }
 }

@@ -15,7 +15,7 @@
 //! test if no thread makes progress for 10 s. At the end every block is freed and
 //! the ledger must be exact: every frame free, the invariants clean.
 
-#![cfg(all(target_os = "linux", not(miri)))]
+#![cfg(all(target_os = "linux", not(miri), not(loom)))]
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
