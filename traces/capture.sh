@@ -240,7 +240,11 @@ fi
 load_start=$(load)
 t_start=$(now)
 data=$work/kmem.data
-perf record -m 4096 -a -o "$data" \
+# perf record at a higher priority and with 32 MiB of buffer per CPU: on a machine
+# busy with other work a starved reader loses events (perf script then warns of
+# lost chunks, kept in capture.txt); the replay's check of the capture (the
+# kernel's free memory rebuilt from the trace) shows what a loss did.
+nice -n -10 perf record -m 8192 -a -o "$data" \
     -e kmem:mm_page_alloc -e kmem:mm_page_free -e kmem:mm_page_free_batched \
     -e kmem:mm_page_alloc_zone_locked -e kmem:mm_page_pcpu_drain \
     -e kmem:mm_page_alloc_extfrag \
@@ -299,5 +303,8 @@ events=$(xz -dc "$out/$base.perf.txt.xz" | wc -l)
     # (perf record, the helper, the workload, perf script, xz), all together.
     echo "children_cpu $(tail -1 "$work/times.txt")"
     grep -hiE 'lost|wakeup|captured' "$work/perf-record.log" | sed 's/^/perf_record /'
+    # perf script's summary of what the buffers dropped ("lost N chunks"); none
+    # when nothing was lost.
+    echo "perf_script_lost $(grep -hioE 'lost [0-9]+ chunks|[0-9]+ lost' "$work/perf-script.log" | tr '\n' ' ')"
 } > "$out/capture.txt"
 cat "$out/capture.txt"
