@@ -17,7 +17,13 @@
 //! The page tables identity-map the first `IDENTITY_MAPPED_BYTES` of physical
 //! address space with 2 MiB pages, write-back (the firmware's MTRRs make the MMIO
 //! hole below 4 GiB uncached). One PML4, one PDPT, 64 page directories: 264 KiB of
-//! the image's bss, which the allocator never sees.
+//! the image's bss, reserved from the allocator for good (`vmemmap` adds the
+//! frame tables' slot to the same PML4).
+//!
+//! Everything above but the page tables and the boot stack is only needed until
+//! the last application processor is up: the 32-bit entry, the way to long mode,
+//! the trampoline's source and the boot GDT live in the init area (`init_area`,
+//! link.ld), which the kernel then gives to the allocator.
 
 use core::arch::global_asm;
 use core::sync::atomic::AtomicU64;
@@ -34,8 +40,12 @@ pub const TRAMPOLINE_ADDR: u64 = 0x8000;
 /// from the bootstrap processor (which carries the Multiboot magic there).
 const AP_MARKER: u32 = 0x4150_4150;
 
-/// Bytes of the bootstrap processor's stack (in the image's bss).
-pub const BOOT_STACK_BYTES: usize = 64 << 10;
+/// Bytes of the bootstrap processor's stack (in the image's bss). 256 KiB,
+/// where 64 KiB did for everything else: building the allocator with a platform
+/// that can sync CPUs takes about 130 KiB of stack (zonealloc builds each CPU's
+/// pinned stacks, a 32 KiB structure aligned to 32 KiB, by value before it
+/// moves them to the heap), which the bootstrap processor alone does.
+pub const BOOT_STACK_BYTES: usize = 256 << 10;
 
 /// The stack the next application processor to start loads in long mode; the
 /// bootstrap processor sets it before each start-up IPI (see `smp`). Read once by

@@ -359,6 +359,10 @@ impl zonealloc::Platform for KernelPlatform {
         this_cpu()
     }
 
+    fn can_sync_cpu(&self) -> bool {
+        true
+    }
+
     fn sync_cpu(&self, cpu: usize) -> bool {
         sync_cpu(cpu)
     }

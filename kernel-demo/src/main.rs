@@ -170,11 +170,12 @@ pub extern "C" fn kmain(magic: u32, info: u32) -> ! {
     stress::preflight(za);
 
     println!(
-        "stress: {nr_cpus} CPUs x {} rounds x {} operations, timer {} Hz, timer handler allocates: {}",
+        "stress: {nr_cpus} CPUs x {} rounds x {} operations, timer {} Hz, timer handler allocates: {}, pinned per-CPU stacks: {}",
         stress::ROUNDS,
         stress::OPS_PER_ROUND,
         tick::TIMER_HZ,
-        tick::TIMER_ALLOC.load(Ordering::Relaxed)
+        tick::TIMER_ALLOC.load(Ordering::Relaxed),
+        za.pinned_available()
     );
     stress::prepare(nr_cpus);
     tick::resume_allocation();
@@ -517,6 +518,7 @@ fn finish(za: &ZoneAllocator) -> ! {
         "check_invariants: clean ({} frames visited, {} free blocks, {} free frames, 0 allocated)",
         report.frames, report.free_blocks, report.free_pages
     );
+    let mut overflowed = None;
     for c in 0..nr_cpus {
         let (bottom, top) = smp::stack_of(c);
         match stack::used(bottom, top) {
@@ -525,11 +527,17 @@ fn finish(za: &ZoneAllocator) -> ! {
                 used >> 10,
                 (top - bottom) >> 10
             ),
-            None => fail_with(
-                Exit::StackOverflow,
-                &alloc::format!("cpu {c}'s stack overflowed"),
-            ),
+            None => {
+                println!("  cpu {c}: stack overflowed ({} KiB)", (top - bottom) >> 10);
+                overflowed = Some(c);
+            }
         }
+    }
+    if let Some(c) = overflowed {
+        fail_with(
+            Exit::StackOverflow,
+            &alloc::format!("cpu {c}'s stack overflowed"),
+        );
     }
     tick::FINISHED.store(true, Ordering::Relaxed);
 

@@ -8,7 +8,8 @@
 //! a second for it to mark itself online. The new CPU comes through real and
 //! protected mode into long mode on the boot page tables and lands in `ap_main`,
 //! which loads its GDT, TSS and IDT, sets its `GS` base, enables its local APIC
-//! and marks itself online, then waits for the kernel's go.
+//! and marks itself online, then waits for the kernel's go with interrupts
+//! enabled (it takes IPIs from then on).
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -108,6 +109,10 @@ pub extern "C" fn ap_main() -> ! {
     interrupts::load_idt();
     apic::enable();
     cpu::mark_online(apic::id());
+    // Interrupts on while it waits: its timer is not started yet, but the
+    // bootstrap processor's barriers (`cpu::sync_cpu`, which building and
+    // resizing the allocator's pinned per-CPU stacks make) come by IPI.
+    interrupts::enable();
     while !GO.load(Ordering::Acquire) {
         core::hint::spin_loop();
     }

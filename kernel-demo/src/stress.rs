@@ -9,6 +9,13 @@
 //!  (alloc/free, hand-offs)                          (must be refused)       (ledger, invariants, sync IPIs)
 //! ```
 //!
+//! Every allocation and free a CPU's stress makes goes through the pinned fast
+//! path (`alloc_pages_pinned`, `free_pages_pinned`) with that CPU's `PinnedCpu`
+//! token: the kernel never preempts or moves a thread, and the only code that
+//! interrupts it, the timer handler, runs to its end (it uses the plain and the
+//! try-only calls, which take the per-CPU lists when they find a section
+//! interrupted). Drains stop a CPU's pinned stacks through `cpu::sync_cpu`.
+//!
 //! * **Churn.** `OPS_PER_ROUND` operations per CPU: allocate (orders 0..=10,
 //!   weighted to small ones; 85 % `KERNEL`, 12 % `KERNEL | DMA32`, 3 % `KERNEL |
 //!   DMA` at orders 0..=2) into a per-CPU array of held blocks, or free a random
@@ -53,7 +60,7 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use spin::{Barrier, Mutex, Once};
-use zonealloc::{FreeError, Gfp, Order, Pfn, ZoneAllocator, ZoneType};
+use zonealloc::{FreeError, Gfp, Order, Pfn, PinnedCpu, ZoneAllocator, ZoneType};
 
 use crate::bootmem::PAGE_BYTES;
 use crate::cpu::{self, MAX_CPUS};
@@ -150,16 +157,18 @@ pub fn claim(block: &Block, ceiling_pfn: u64) {
 }
 
 /// Which free call a release makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Via {
+#[derive(Clone, Copy, Debug)]
+pub enum Via<'a> {
     /// `free_pages`.
     Locking,
     /// `free_pages_nolock`.
     NoLock,
+    /// `free_pages_pinned` with this CPU's token.
+    Pinned(&'a PinnedCpu),
 }
 
 /// Checks a held block's tags, then frees it through `via`.
-pub fn release(za: &ZoneAllocator, block: Block, via: Via) {
+pub fn release(za: &ZoneAllocator, block: Block, via: Via<'_>) {
     let (first, last) = block.words();
     // SAFETY: the block is held by the caller (claimed, not yet freed).
     let (a, b) = unsafe { (first.read_volatile(), last.read_volatile()) };
@@ -178,6 +187,7 @@ pub fn release(za: &ZoneAllocator, block: Block, via: Via) {
     let freed = match via {
         Via::Locking => za.free_pages(Pfn(block.pfn), Order(block.order)),
         Via::NoLock => za.free_pages_nolock(Pfn(block.pfn), Order(block.order)),
+        Via::Pinned(pin) => za.free_pages_pinned(pin, Pfn(block.pfn), Order(block.order)),
     };
     if let Err(e) = freed {
         fail!(
@@ -334,6 +344,8 @@ struct Worker<'a> {
     /// Whether this CPU's node has a zone for requests whose highest zone is
     /// DMA, DMA32, Normal.
     node_serves: [bool; 3],
+    /// The proof that this thread runs on `cpu` with preemption off.
+    pin: PinnedCpu,
 }
 
 impl Worker<'_> {
@@ -359,7 +371,7 @@ impl Worker<'_> {
         } else {
             (Gfp::KERNEL, u64::MAX, 2)
         };
-        let pfn = match self.za.alloc_pages(gfp, Order(order)) {
+        let pfn = match self.za.alloc_pages_pinned(&self.pin, gfp, Order(order)) {
             Ok(Pfn(p)) => p,
             Err(e) => fail!(
                 Exit::AllocFailed,
@@ -420,7 +432,7 @@ impl Worker<'_> {
             self.stats.handed_off.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        release(self.za, b, Via::Locking);
+        release(self.za, b, Via::Pinned(&self.pin));
         self.stats.frees.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -442,7 +454,7 @@ impl Worker<'_> {
     fn drain_mailbox(&mut self) {
         let (blocks, n) = MAILBOXES[self.cpu].lock().take();
         for &b in &blocks[..n] {
-            release(self.za, b, Via::Locking);
+            release(self.za, b, Via::Pinned(&self.pin));
             self.stats.frees.fetch_add(1, Ordering::Relaxed);
             self.stats.remote_frees.fetch_add(1, Ordering::Relaxed);
         }
@@ -482,7 +494,7 @@ impl Worker<'_> {
         let mut n = 0;
         while n < REFREE_PER_ROUND && !self.held.is_empty() {
             let b = self.take_random();
-            release(self.za, b, Via::Locking);
+            release(self.za, b, Via::Pinned(&self.pin));
             self.stats.frees.fetch_add(1, Ordering::Relaxed);
             freed[n] = b;
             n += 1;
@@ -496,7 +508,10 @@ impl Worker<'_> {
 
     /// A second free of `b`, which must be refused.
     fn refree(&self, b: Block) {
-        match self.za.free_pages(Pfn(b.pfn), Order(b.order)) {
+        match self
+            .za
+            .free_pages_pinned(&self.pin, Pfn(b.pfn), Order(b.order))
+        {
             Err(FreeError::AlreadyFree(p)) if p.0 == b.pfn => {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
             }
@@ -514,7 +529,7 @@ impl Worker<'_> {
         self.drain_mailbox();
         while !self.held.is_empty() {
             let b = self.take_random();
-            release(self.za, b, Via::Locking);
+            release(self.za, b, Via::Pinned(&self.pin));
             self.stats.frees.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -594,6 +609,10 @@ pub fn run(za: &ZoneAllocator, cpu: usize) {
         nr_cpus,
         node,
         node_serves: node_serves(za, node),
+        // SAFETY: this thread runs on `cpu` for good (the kernel never moves
+        // or preempts a thread); only the timer handler interrupts it, and it
+        // runs to its end before the thread goes on.
+        pin: unsafe { PinnedCpu::new(cpu) },
     };
     // Every CPU's own arrays are allocated before the heap count starts.
     wait();

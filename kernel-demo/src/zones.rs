@@ -58,6 +58,12 @@ pub fn node_configs(boot: &BootMemory, topo: &Topology) -> Vec<NodeConfig> {
     (0..topo.nr_nodes() as u16)
         .map(|node| {
             let ram = node_ram(boot, topo, node);
+            // This node's present frames: RAM less the absent ranges, cut to
+            // the node (another node's memory inside a span is a hole here).
+            let node_present: Vec<(u64, u64)> = ram
+                .iter()
+                .flat_map(|&(rs, re)| clip(present.as_slice(), rs, re))
+                .collect();
             let zones = ZONE_RANGES
                 .iter()
                 .filter_map(|&(zt, lo, hi)| {
@@ -65,12 +71,7 @@ pub fn node_configs(boot: &BootMemory, topo: &Topology) -> Vec<NodeConfig> {
                     let (s, e) = (spans.first()?.0, spans.last()?.1);
                     let mut zc = ZoneConfig::new(zt, Pfn(s), e - s);
                     let mut cursor = s;
-                    for (ps, pe) in clip(present.as_slice(), s, e) {
-                        // Present RAM of another node inside this span is a hole
-                        // here (nodes interleave only at range boundaries).
-                        if !ram.iter().any(|&(rs, re)| rs <= ps && pe <= re) {
-                            continue;
-                        }
+                    for (ps, pe) in clip(&node_present, s, e) {
                         if ps > cursor {
                             zc = zc.with_hole(Pfn(cursor), ps - cursor);
                         }
