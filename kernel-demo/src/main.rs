@@ -214,7 +214,11 @@ fn declare_arriving(boot: &mut BootMemory, mib: u64) {
     let Some(&(s, e)) = boot.ram().last() else {
         return;
     };
-    if nr == 0 || e - s < nr || e - nr < zones::DMA32_END_PFN {
+    if nr == 0 {
+        println!("hot-add: off (hotadd_mib=0)");
+        return;
+    }
+    if e - s < nr || e - nr < zones::DMA32_END_PFN {
         println!("hot-add: off (no {mib} MiB of Normal memory in one piece at the top of RAM)");
         return;
     }
