@@ -1,11 +1,14 @@
-//! The kernel heap: a first-fit linked-list heap over one region of RAM reserved
-//! from the memory map, behind a spinlock, counting what it serves.
+//! The kernel heap: a first-fit linked-list heap over one small region of RAM
+//! reserved at boot, behind a spinlock taken with interrupts disabled, counting
+//! what it serves.
 //!
-//! Stage 1 uses it for the page allocator's construction (its per-frame
-//! metadata is the bulk of it) and for the few small allocations after
-//! (statistics text, the stress's arrays). The counters tell whether the
-//! allocator's own paths touch the heap once built, which matters for calling it
-//! from interrupt handlers: this heap's lock does not disable interrupts.
+//! The page allocator's frame tables do not come from here (see `vmemmap`): the
+//! heap holds only its structures (zones, per-CPU slots and pinned stacks,
+//! pageblock bits, zonelists), made at construction, and the kernel's own few
+//! allocations (configuration vectors, statistics text, the stress's arrays).
+//! The counters tell the largest single allocation and whether the allocator's
+//! alloc and free paths touch the heap once built (they must not: the timer
+//! handler allocates).
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{null_mut, NonNull};
