@@ -52,6 +52,14 @@
 //! only blocks that fit. Explicit and proactive runs cover the whole zone with the
 //! hints ignored, targets in movable pageblocks only.
 //!
+//! Neither scanner keeps a list on the heap, so direct compaction may run where
+//! the heap takes its pages from this allocator: the migration scanner isolates
+//! a pageblock's blocks `COMPACT_CLUSTER_MAX` (32) at a time into a batch on the
+//! stack, moving each batch before it isolates the next; the free scanner takes
+//! its blocks a batch at a time under the zone lock; and the run's targets are
+//! lists through the private blocks' own links, one per order (Linux's
+//! `cc->freepages[order]`).
+//!
 //! # When to compact
 //!
 //! `compaction_suitable()`: the zone must have enough free memory for compaction to

@@ -24,15 +24,26 @@
 //! pageblock order to this CPU's lists, the others to the buddy under the zone lock.
 //! `free_pages_bulk` (what `vfree` uses) finds runs of consecutive frames in a page
 //! array and frees each with the same machinery.
-
-use alloc::vec::Vec;
+//!
+//! # No heap
+//!
+//! None of these calls uses the heap, however long the range or the array: a
+//! kernel whose heap takes its pages from the allocator may call them. A
+//! multi-page free records which pages its first phase took in a fixed `Claim`
+//! (nothing while every page was taken, then a bit each for 512 entries, then a
+//! tag in the taken pages' own words); its runs are found again by the second
+//! phase rather than listed; an array that is not in ascending order is read a
+//! window of 64 distinct pages at a time (`Entries`) instead of sorted in a copy.
+//! `alloc_pages_bulk` fills the caller's slots 64 at a time under the CPU's lock,
+//! and `alloc_contig_range` walks the free blocks covering its range twice under
+//! one zone-lock hold instead of listing them.
 
 use crate::allocate::Head;
 use crate::allocator::ZoneAllocator;
 use crate::backend::Backend;
 use crate::error::FreeError;
 use crate::frame::{
-    Tag, Word, FLAG_GUARDED, FLAG_ISOLATED, FLAG_LAZY, FLAG_MIGRATING, FLAG_VMALLOC,
+    Tag, Word, CLAIM_TAG_MAX, FLAG_GUARDED, FLAG_ISOLATED, FLAG_LAZY, FLAG_MIGRATING, FLAG_VMALLOC,
 };
 use crate::free::{Holder, Via};
 use crate::gfp::{AllocFlags, Gfp};
@@ -182,7 +193,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 return Ok(());
             }
         }
-        let mut claim = Claim::default();
+        let mut claim = Claim::new();
         let pages = (0..nr).map(|i| (pfn.add(i), 1));
         let all = self.claim_pages(z, pages.clone(), &mut claim, 0, owner)?;
         self.commit_pages(z, pages, (!all).then_some((&claim, 0)), via, owner);
@@ -200,11 +211,11 @@ impl<B: Backend> ZoneAllocator<B> {
     /// Taking pages in ascending order makes two racing calls meet first at their
     /// lowest common page: whoever takes it goes on, the other stops there, so of
     /// two frees of one page exactly one succeeds.
-    /// `claim` records page `i` of `pages` as bit `base + i`. `owner` is the
-    /// owner flag every page must carry: 0 for the raw API, `FLAG_VMALLOC` for a
-    /// vmalloc area's pages, `FLAG_CMA` for `cma_release`'s. Returns whether every
-    /// page was taken (none keeps a reference); then `claim` has no bit of them
-    /// set, and a caller that undoes the call sets them first.
+    /// `claim` records which pages were taken, page `i` of `pages` being entry
+    /// `base + i` of the call (see `Claim`). `owner` is the owner flag every page
+    /// must carry: 0 for the raw API, `FLAG_VMALLOC` for a vmalloc area's pages,
+    /// `FLAG_CMA` for `cma_release`'s. Returns whether every page was taken (none
+    /// keeps a reference).
     fn claim_pages(
         &self,
         z: &Zone,
@@ -213,8 +224,6 @@ impl<B: Backend> ZoneAllocator<B> {
         base: usize,
         owner: u8,
     ) -> Result<bool, FreeError> {
-        // Whether every page so far was taken: until one is not, `claim` is left
-        // alone (its bits are set for all of them when one is not, or on error).
         let mut all = true;
         // The last word checked and found takeable with its `k`: the pages of a
         // split block all carry the same word, so the checks run once a block.
@@ -222,15 +231,14 @@ impl<B: Backend> ZoneAllocator<B> {
         let mut spins = 0;
         let mut it = pages.clone().enumerate();
         while let Some((i, (p, k))) = it.next() {
+            let entry = base + i;
             let idx = z.idx(p);
             let mut w = z.frames.word(idx);
-            // The pages this step took: 1, or a lazily split block's.
-            let mut span = 1;
             let taken = loop {
                 if passed != Some((w, k)) {
                     let mut refusal = None;
                     if w.tag() != Tag::Alloc || w.flags() & FLAG_LAZY != 0 {
-                        match self.claim_lazy(z, p, k, w, owner, it.clone()) {
+                        match self.claim_lazy(z, p, k, w, owner, it.clone(), claim, entry) {
                             Lazy::Plain => {}
                             Lazy::Refused(e) => refusal = Some(e),
                             Lazy::Again => {
@@ -241,15 +249,11 @@ impl<B: Backend> ZoneAllocator<B> {
                             Lazy::Whole(n) => {
                                 // Its tails are this call's now: skip them.
                                 it.nth(n - 2);
-                                span = n;
                                 break true;
                             }
                         }
                     }
                     if let Some(e) = refusal.or_else(|| self.claim_refusal(z, p, k, w, owner)) {
-                        if all {
-                            claim.set_range(base, base + i);
-                        }
                         self.unclaim(z, pages.take(i), claim, base, owner);
                         return Err(e);
                     }
@@ -261,24 +265,25 @@ impl<B: Backend> ZoneAllocator<B> {
                 // `claimed` keeps the type byte, so the page can be restored as it
                 // was; and it tells a racing single-page call on it to wait for the
                 // outcome rather than answer `AlreadyFree` (see `Word::claimed`).
-                match z.frames.cas_word(idx, w, Word::claimed(w.aux())) {
+                let held = claim.word(entry, Word::claimed(w.aux()));
+                match z.frames.cas_word(idx, w, held) {
                     Ok(_) => break true,
                     Err(cur) => w = cur,
                 }
             };
-            if !taken && all {
-                claim.set_range(base, base + i);
+            if taken {
+                claim.took(entry);
+            } else {
                 all = false;
-            } else if taken && !all {
-                claim.set_range(base + i, base + i + span);
+                claim.kept(entry);
             }
         }
         Ok(all)
     }
 
-    /// `claim_pages`' step for page `p` (word `w`, `k` references to drop) where
-    /// `w` may belong to a lazily split block (see `FLAG_LAZY`); `rest` yields the
-    /// run's entries after `p`.
+    /// `claim_pages`' step for page `p` (word `w`, `k` references to drop, entry
+    /// `entry` of the call) where `w` may belong to a lazily split block (see
+    /// `FLAG_LAZY`); `rest` yields the run's entries after `p`.
     ///
     /// * `p` heads such a block that the run covers, one reference a page, owned
     ///   by `owner`: the block is taken whole with one compare-and-swap
@@ -290,6 +295,7 @@ impl<B: Backend> ZoneAllocator<B> {
     /// * `Refused`: such a block's page that the ordinary checks of its page
     ///   (`lazy_page`) refuse, with their error.
     /// * else `Plain`: the ordinary checks of `w` decide.
+    #[allow(clippy::too_many_arguments)]
     fn claim_lazy(
         &self,
         z: &Zone,
@@ -298,6 +304,8 @@ impl<B: Backend> ZoneAllocator<B> {
         w: Word,
         owner: u8,
         rest: impl Iterator<Item = (usize, (Pfn, u32))>,
+        claim: &mut Claim,
+        entry: usize,
     ) -> Lazy {
         let (head, hw) = if w.is_lazy() || w.is_materializing() {
             (p, w)
@@ -335,7 +343,7 @@ impl<B: Backend> ZoneAllocator<B> {
                 .count()
                 == n - 1;
         if whole {
-            let held = Word::claimed_block(hw.order(), hw.aux());
+            let held = claim.word(entry, Word::claimed_block(hw.order(), hw.aux()));
             if z.frames.cas_word(z.idx(p), hw, held).is_ok() {
                 return Lazy::Whole(n);
             }
@@ -369,7 +377,8 @@ impl<B: Backend> ZoneAllocator<B> {
         }
     }
 
-    /// Undoes `claim_pages` for the pages before the bad one.
+    /// Undoes `claim_pages` for the pages before the bad one (page `i` of `pages`
+    /// being entry `base + i`).
     #[cold]
     fn unclaim(
         &self,
@@ -381,9 +390,9 @@ impl<B: Backend> ZoneAllocator<B> {
     ) {
         let mut it = pages.enumerate();
         while let Some((i, (p, k))) = it.next() {
-            if claim.get(base + i) {
-                let idx = z.idx(p);
-                let w = z.frames.word(idx);
+            let idx = z.idx(p);
+            let w = z.frames.word(idx);
+            if claim.holds(base + i, w) {
                 if w.order().0 > 0 {
                     // A lazily split block taken whole: its head restored, its
                     // tails (still `Tail`) left alone.
@@ -425,9 +434,20 @@ impl<B: Backend> ZoneAllocator<B> {
             return;
         };
         let mut run: Option<(u64, u64)> = None;
+        // Entries before this one are the tails of a lazily split block taken
+        // whole (see `claim_lazy`), this call's with their head.
+        let mut tails_to = 0;
         for (i, (p, k)) in pages.enumerate() {
             // A claimed page keeps its word until `free_run` writes its chunk.
-            let zero = claim.get(base + i) || self.put_order0(z, p, k, owner);
+            let taken = i < tails_to || {
+                let w = z.frames.word(z.idx(p));
+                let held = claim.holds(base + i, w);
+                if held && w.order().0 > 0 {
+                    tails_to = i + w.order().nr_pages() as usize;
+                }
+                held
+            };
+            let zero = taken || self.put_order0(z, p, k, owner);
             if zero {
                 match &mut run {
                     Some((s, n)) if *s + *n == p.0 => *n += 1,
@@ -506,6 +526,13 @@ impl<B: Backend> ZoneAllocator<B> {
     /// afterwards: an owner who frees more references than it holds, racing with
     /// this call, can take the last one first (references have no owners).
     ///
+    /// # Cost
+    /// No heap call (see the [module documentation](crate::contig)). An array in
+    /// ascending pfn order is read as it is; any other is read in windows of 64
+    /// distinct pages, each found with one pass over the whole array, so an
+    /// unsorted array of `n` pages costs about `n * n / 64` steps for each of the
+    /// two phases: sort a large one first (vmalloc sorts its areas' arrays).
+    ///
     /// # Examples
     /// ```
     /// use zonealloc::{Config, Gfp, Order, ZoneAllocator};
@@ -548,84 +575,73 @@ impl<B: Backend> ZoneAllocator<B> {
                 }
             }
         }
-        let mut sorted: Vec<(Pfn, u32)> = Vec::new();
-        if !ascending {
-            let mut v = pages.to_vec();
-            v.sort_unstable();
-            for g in v.chunk_by(|a, b| a == b) {
-                sorted.push((g[0], u32::try_from(g.len()).unwrap_or(u32::MAX)));
-            }
-        }
-        let list: &[(Pfn, u32)] = &sorted;
-        let entry = |i: usize| -> (Pfn, u32) {
-            if ascending {
-                (pages[i], 1)
-            } else {
-                list[i]
-            }
-        };
-        let n = if ascending { pages.len() } else { list.len() };
-        // Entries `j..j + m`, a run of consecutive frames from `start`, each with its
-        // count (1 when the array is ascending and so has no repeats).
-        let run = |start: Pfn, j: usize, m: usize| {
-            (0..m).map(move |t| {
-                let count = if ascending { 1 } else { list[j + t].1 };
-                (start.add(t as u64), count)
-            })
-        };
+        // Distinct pages, ascending, each with how often it is listed: the array
+        // itself when it is ascending, else chosen from it a window at a time
+        // (see `Entries`); walked once for each phase.
+        let entries = Entries::new(pages, ascending);
         // The CPU first: owner code (`Config::cpu_id`) runs before a page is taken.
         let cpu = self.current_cpu();
         // Phase one, run by run (runs of consecutive frames in one zone): take the
-        // pages. A vmalloc array is usually one run, kept without allocating.
-        let mut first: Option<(&Zone, usize, usize, bool)> = None;
-        let mut more: Vec<(&Zone, usize, usize, bool)> = Vec::new();
-        let mut claim = Claim::default();
+        // pages. Nothing is kept of the runs: both phases find them again.
+        let mut claim = Claim::new();
+        let mut e = entries;
         let mut i = 0;
-        while i < n {
-            let start = entry(i).0;
-            let taken = match self.zone_of(start) {
-                None => Err(FreeError::OutOfRange(start)),
-                Some(z) => {
-                    // Distinct pages in ascending order: the run is as long as the
-                    // pfns stay one apart, and ends at the zone's end.
-                    let in_zone = z.start_pfn + z.spanned - start.0;
-                    let k = if ascending {
-                        run_len(&pages[i..], |&p| p)
-                    } else {
-                        run_len(&list[i..], |e| e.0)
-                    };
-                    let k = k.min(usize::try_from(in_zone).unwrap_or(usize::MAX));
-                    self.claim_pages(z, run(start, i, k), &mut claim, i, owner)
-                        .map(|all| (z, i, k, all))
-                }
-            };
+        while let Some(run) = self.next_run(&e) {
+            let taken = run.and_then(|(z, k)| {
+                self.claim_pages(z, e.take(k), &mut claim, i, owner)
+                    .map(|_| k)
+            });
             match taken {
-                Ok(run) => {
-                    i += run.2;
-                    if first.is_none() {
-                        first = Some(run);
-                    } else {
-                        more.push(run);
-                    }
+                Ok(k) => {
+                    e.skip_entries(k);
+                    i += k;
                 }
-                Err(e) => {
-                    for &(z, j, m, all) in first.iter().chain(&more) {
-                        // A run whose pages were all taken left its bits unset.
-                        if all {
-                            claim.set_range(j, j + m);
-                        }
-                        self.unclaim(z, run(entry(j).0, j, m), &claim, j, owner);
-                    }
-                    return Err(e);
+                Err(err) => {
+                    // The failed run gave back its own; the runs before it follow.
+                    self.unclaim_runs(entries, i, &claim, owner);
+                    return Err(err);
                 }
             }
         }
-        // Phase two: release them.
-        for &(z, j, m, all) in first.iter().chain(&more) {
-            let taken = (!all).then_some((&claim, j));
-            self.commit_pages(z, run(entry(j).0, j, m), taken, Via::Here(cpu), owner);
+        // Phase two: release them. A run that ends before the first page that
+        // keeps references had every page taken: it goes whole.
+        let mut e = entries;
+        let mut i = 0;
+        while let Some(Ok((z, k))) = self.next_run(&e) {
+            let taken = (i + k > claim.first_kept()).then_some((&claim, i));
+            self.commit_pages(z, e.take(k), taken, Via::Here(cpu), owner);
+            e.skip_entries(k);
+            i += k;
         }
         Ok(())
+    }
+
+    /// The run of `free_pages_bulk` at `e`'s next entry: its zone and its length
+    /// (entries of consecutive frames, ending at the zone's end); `None` past
+    /// the last entry; `OutOfRange` for a frame in no zone.
+    fn next_run(&self, e: &Entries<'_>) -> Option<Result<(&Zone, usize), FreeError>> {
+        let (start, _) = { *e }.next()?;
+        let Some(z) = self.zone_of(start) else {
+            return Some(Err(FreeError::OutOfRange(start)));
+        };
+        let in_zone = usize::try_from(z.start_pfn + z.spanned - start.0).unwrap_or(usize::MAX);
+        Some(Ok((z, e.run_len(in_zone))))
+    }
+
+    /// Undoes phase one of `free_pages_bulk` for its runs before entry `end`
+    /// (the failed run gave back its own pages).
+    #[cold]
+    fn unclaim_runs(&self, entries: Entries<'_>, end: usize, claim: &Claim, owner: u8) {
+        let mut e = entries;
+        let mut i = 0;
+        while i < end {
+            let Some(Ok((z, k))) = self.next_run(&e) else {
+                return;
+            };
+            self.unclaim(z, e.take(k), claim, i, owner);
+            e.skip_entries(k);
+            i += k;
+        }
     }
 
     /// `free_pages_bulk_by` of a one-page array: the checks of `claim_pages`, then
@@ -644,7 +660,8 @@ impl<B: Backend> ZoneAllocator<B> {
         loop {
             // A page of a lazily split block: one of its own first.
             if w.tag() != Tag::Alloc || w.flags() & FLAG_LAZY != 0 {
-                match self.claim_lazy(z, p, 1, w, owner, core::iter::empty()) {
+                match self.claim_lazy(z, p, 1, w, owner, core::iter::empty(), &mut Claim::new(), 0)
+                {
                     Lazy::Again => {
                         backoff(&mut spins);
                         w = z.frames.word(idx);
@@ -751,30 +768,62 @@ impl<B: Backend> ZoneAllocator<B> {
         let Some(z) = zone else {
             return filled + single(&mut pages[first_empty]);
         };
-        let Some(mut pcp) = z.pcp_trylock(cpu) else {
+        let Some(pcp) = z.pcp_trylock(cpu) else {
             return filled + single(&mut pages[first_empty]);
         };
-        let mut got = Vec::new();
-        for (i, slot) in pages.iter().enumerate() {
-            if slot.is_some() {
-                continue;
-            }
-            match pcp.rmqueue(Order(0), mt, flags, &self.debug.faults, true) {
-                Some(p) => got.push((i, p)),
-                None => break,
-            }
-        }
-        drop(pcp);
-        if got.is_empty() {
-            return filled + single(&mut pages[first_empty]);
-        }
+        // Windows of up to `ALLOC_BULK_WINDOW` slots: the empty ones filled under
+        // one hold of the CPU's lock (which ones, a bit each), then checked and
+        // published with the lock dropped. The slots are the caller's, so no
+        // list of the pages is kept.
+        let mut pcp = Some(pcp);
         let mut n = filled;
-        for &(i, p) in &got {
-            if self.debug.alloc_check(&self.backend, z, p, Order(0)) {
-                self.prep_new_page(z, p, Order(0), gfp, mt, head);
-                pages[i] = Some(p);
-                n += 1;
+        let mut taken = false;
+        let mut i = 0;
+        while i < pages.len() {
+            let Some(mut lock) = pcp.take().or_else(|| z.pcp_trylock(cpu)) else {
+                // The list is busy between two windows: the rest one at a time.
+                for slot in pages[i..].iter_mut().filter(|p| p.is_none()) {
+                    if single(slot) == 0 {
+                        break;
+                    }
+                    n += 1;
+                }
+                return n;
+            };
+            let base = i;
+            let mut mine = 0u64;
+            let mut empty = false;
+            while i < pages.len() && i - base < ALLOC_BULK_WINDOW {
+                if pages[i].is_none() {
+                    let Some(p) = lock.rmqueue(Order(0), mt, flags, &self.debug.faults, true)
+                    else {
+                        empty = true;
+                        break;
+                    };
+                    pages[i] = Some(p);
+                    mine |= 1 << (i - base);
+                }
+                i += 1;
             }
+            drop(lock);
+            taken |= mine != 0;
+            while mine != 0 {
+                let slot = base + mine.trailing_zeros() as usize;
+                mine &= mine - 1;
+                let p = pages[slot].expect("filled above");
+                if self.debug.alloc_check(&self.backend, z, p, Order(0)) {
+                    self.prep_new_page(z, p, Order(0), gfp, mt, head);
+                    n += 1;
+                } else {
+                    pages[slot] = None;
+                }
+            }
+            if empty {
+                break;
+            }
+        }
+        if !taken {
+            return filled + single(&mut pages[first_empty]);
         }
         n
     }
@@ -968,6 +1017,13 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 }
 
+/// Slots `alloc_pages_bulk` fills under one hold of the CPU's lock before it
+/// checks and publishes their pages with the lock dropped (a bit each in a word
+/// on the stack). Linux holds the lock for the whole array and prepares each
+/// page under it; here the page work (zeroing, the debug checks) runs without a
+/// lock, as every other path's does.
+const ALLOC_BULK_WINDOW: usize = 64;
+
 /// The reference compaction holds on a page it isolated (see `migrate`): the
 /// multi-page frees may drop the owner's references, never that one.
 #[inline]
@@ -987,51 +1043,270 @@ enum Lazy {
     Whole(usize),
 }
 
-/// Which pages of a multi-page free its first phase took (a bit per page): on the
-/// stack for the first 512 pages, on the heap beyond, grown only as far as pages are
-/// taken (a bad page early in a huge range costs no large bitmap).
-#[derive(Default)]
+/// Entries of a multi-page free whose claim `Claim` records a bit for, on the
+/// stack (64 bytes): those from the first page that keeps references on.
+const CLAIM_BITS: usize = 512;
+
+/// Which entries (pages, in ascending pfn order) of a multi-page free its first
+/// phase took, for the second phase and for an undo. Three tiers, none on the
+/// heap, whatever the length of the call:
+///
+/// ```text
+///   entries:  0 ........ first_kept ........ first_kept + 512 ........ end
+///             all taken: nothing   a bit each       the page's claimed word
+///             recorded             (`bits`)         carries this call's tag
+/// ```
+///
+/// Until an entry keeps references (is not taken), every entry was taken, which
+/// needs no record: a free of pages with one reference each records nothing.
+/// Past the bits, the call tags the claimed words of the pages it takes with a
+/// tag no other live call holds (`ClaimTag`): a page it passed over (and left
+/// allocated) may be claimed meanwhile by another free dropping references its
+/// caller does not hold, and the tag tells that claim from this call's own.
+/// The tails of a lazily split block taken whole are this call's with their
+/// head, which alone is recorded (see `claim_lazy`).
 struct Claim {
-    inline: [u64; 8],
-    heap: Vec<u64>,
+    /// The first entry not taken; `usize::MAX` while every entry was.
+    first_kept: usize,
+    /// Entries `first_kept..first_kept + CLAIM_BITS`: a bit for each one taken.
+    bits: [u64; CLAIM_BITS / 64],
+    /// The tag of the claimed words past the bits; `None` until one is needed.
+    tag: Option<ClaimTag>,
 }
 
 impl Claim {
+    fn new() -> Claim {
+        Claim {
+            first_kept: usize::MAX,
+            bits: [0; CLAIM_BITS / 64],
+            tag: None,
+        }
+    }
+
+    /// The first entry not taken (`usize::MAX`: none yet).
     #[inline]
-    fn set(&mut self, i: usize) {
-        let (w, bit) = (i / 64, 1u64 << (i % 64));
-        match self.inline.get_mut(w) {
-            Some(x) => *x |= bit,
-            None => self.set_far(w - self.inline.len(), bit),
-        }
+    fn first_kept(&self) -> usize {
+        self.first_kept
     }
 
-    /// Sets bits `from..to`.
-    #[cold]
-    fn set_range(&mut self, from: usize, to: usize) {
-        for i in from..to {
-            self.set(i);
-        }
-    }
-
-    /// `set` past the first 512 pages: grows the heap part as needed.
-    #[cold]
-    #[inline(never)]
-    fn set_far(&mut self, w: usize, bit: u64) {
-        if self.heap.len() <= w {
-            self.heap.resize(w + 1, 0);
-        }
-        self.heap[w] |= bit;
-    }
-
+    /// Where `entry` (taken or not) lies past `first_kept`; `None` before it.
     #[inline]
-    fn get(&self, i: usize) -> bool {
-        let w = i / 64;
-        let word = match self.inline.get(w) {
-            Some(&x) => x,
-            None => self.heap.get(w - self.inline.len()).copied().unwrap_or(0),
+    fn past_first_kept(&self, entry: usize) -> Option<usize> {
+        entry.checked_sub(self.first_kept)
+    }
+
+    /// The claimed word `w` (`claimed` or `claimed_block`) that taking `entry`
+    /// writes: tagged past the bits (taking a tag the first time).
+    #[inline]
+    fn word(&mut self, entry: usize, w: Word) -> Word {
+        match self.past_first_kept(entry) {
+            Some(d) if d >= CLAIM_BITS => {
+                let tag = self.tag.get_or_insert_with(ClaimTag::take).0;
+                w.with_claim_tag(tag)
+            }
+            _ => w,
+        }
+    }
+
+    /// `entry` was taken (with the word `word` gave it).
+    #[inline]
+    fn took(&mut self, entry: usize) {
+        if let Some(d) = self.past_first_kept(entry).filter(|&d| d < CLAIM_BITS) {
+            self.bits[d / 64] |= 1 << (d % 64);
+        }
+    }
+
+    /// `entry` was not taken: it keeps references.
+    #[inline]
+    fn kept(&mut self, entry: usize) {
+        self.first_kept = self.first_kept.min(entry);
+    }
+
+    /// Whether `entry` was taken (the head, for a lazily split block taken
+    /// whole), its page's word now being `w`.
+    #[inline]
+    fn holds(&self, entry: usize, w: Word) -> bool {
+        match self.past_first_kept(entry) {
+            None => true,
+            Some(d) if d < CLAIM_BITS => self.bits[d / 64] & (1 << (d % 64)) != 0,
+            Some(_) => self
+                .tag
+                .as_ref()
+                .is_some_and(|t| w.is_claimed() && w.claim_tag() == t.0),
+        }
+    }
+}
+
+/// A claim tag (1 to `CLAIM_TAG_MAX`) held by one multi-page free, given back
+/// when it is dropped (with the call's `Claim`): no two live calls hold the same.
+/// The tags are a bitmap shared by every allocator of the process; a call past
+/// its `CLAIM_BITS` takes one, and one that finds all taken (127 such calls at
+/// once) waits for one to be given back. Plain core atomics: no loom model frees
+/// that many pages.
+struct ClaimTag(u8);
+
+/// The claim tags held now, a bit each (bit 0, tag 0, stands for none).
+static CLAIM_TAGS: [core::sync::atomic::AtomicU64; 2] = [
+    core::sync::atomic::AtomicU64::new(1),
+    core::sync::atomic::AtomicU64::new(0),
+];
+
+impl ClaimTag {
+    /// Takes a tag no other live call holds.
+    fn take() -> ClaimTag {
+        use core::sync::atomic::Ordering as O;
+        const _: () = assert!(CLAIM_TAG_MAX as usize == 2 * 64 - 1);
+        let mut spins = 0;
+        loop {
+            for (k, word) in CLAIM_TAGS.iter().enumerate() {
+                // Relaxed: a hint of which bit to try.
+                let free = !word.load(O::Relaxed);
+                if free == 0 {
+                    continue;
+                }
+                let bit = free.trailing_zeros();
+                // Acquire: pairs with `drop`'s Release, so that a page word the
+                // tag's last holder wrote (a claimed word of its restored or
+                // freed) is seen by this holder, which then cannot take the old
+                // claim for its own.
+                if word.fetch_or(1 << bit, O::Acquire) & (1 << bit) == 0 {
+                    return ClaimTag((k * 64) as u8 + bit as u8);
+                }
+            }
+            backoff(&mut spins);
+        }
+    }
+}
+
+impl Drop for ClaimTag {
+    fn drop(&mut self) {
+        let (k, bit) = (usize::from(self.0) / 64, self.0 % 64);
+        // Release: see `take`.
+        CLAIM_TAGS[k].fetch_and(!(1 << bit), core::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Distinct pages an array that is not in ascending order has sorted at a
+/// time by `free_pages_bulk`, on the stack (1 KiB).
+const BULK_WINDOW: usize = 64;
+
+/// A `free_pages_bulk` array's entries, in ascending pfn order with how often
+/// each is listed, without a copy of the array: an ascending array is read as
+/// it is (each entry listed once); any other is read in windows of the
+/// `BULK_WINDOW` smallest distinct pages above the last window's, each found
+/// with one pass over the array. Sorting a copy would call the heap; this costs
+/// a pass per window instead, so a large array is best handed over sorted.
+#[derive(Clone, Copy)]
+struct Entries<'a> {
+    pages: &'a [Pfn],
+    ascending: bool,
+    /// Ascending: the next entry's index in `pages`; else the next one's in
+    /// `window`.
+    at: usize,
+    /// Not ascending: the window's distinct pages, ascending, with counts.
+    window: [(Pfn, u32); BULK_WINDOW],
+    len: usize,
+    /// Not ascending: the largest page of the windows before, if any.
+    after: Option<Pfn>,
+    /// Not ascending: the last window was filled, and held nothing.
+    done: bool,
+}
+
+impl<'a> Entries<'a> {
+    fn new(pages: &'a [Pfn], ascending: bool) -> Entries<'a> {
+        Entries {
+            pages,
+            ascending,
+            at: 0,
+            window: [(Pfn(0), 0); BULK_WINDOW],
+            len: 0,
+            after: None,
+            done: ascending,
+        }
+        .filled()
+    }
+
+    /// The entries with a window ready to read, if one is due: copies then
+    /// share it instead of each filling its own.
+    fn filled(mut self) -> Self {
+        if !self.done && self.at == self.len {
+            self.refill();
+        }
+        self
+    }
+
+    /// Fills the window with the smallest distinct pages above the last
+    /// window's, counting how often each is listed.
+    fn refill(&mut self) {
+        let w = &mut self.window;
+        let mut len = 0;
+        for &p in self.pages {
+            if self.after.is_some_and(|a| p <= a) {
+                continue;
+            }
+            match w[..len].binary_search_by_key(&p, |e| e.0) {
+                Ok(i) => w[i].1 = w[i].1.saturating_add(1),
+                Err(i) if i < BULK_WINDOW => {
+                    // The largest falls off a full window.
+                    let end = (len + 1).min(BULK_WINDOW);
+                    w.copy_within(i..end - 1, i + 1);
+                    w[i] = (p, 1);
+                    len = end;
+                }
+                Err(_) => {}
+            }
+        }
+        self.len = len;
+        self.at = 0;
+        match len {
+            0 => self.done = true,
+            _ => self.after = Some(w[len - 1].0),
+        }
+    }
+
+    /// Passes over `n` entries.
+    fn skip_entries(&mut self, n: usize) {
+        if self.ascending {
+            self.at += n;
+        } else {
+            for _ in self.by_ref().take(n) {}
+            *self = self.filled();
+        }
+    }
+
+    /// How many entries from the next one on are consecutive frames, at most
+    /// `max`: a binary search over an ascending array, a walk over windows.
+    fn run_len(&self, max: usize) -> usize {
+        if self.ascending {
+            return run_len(&self.pages[self.at..], |&p| p).min(max);
+        }
+        let mut it = *self;
+        let Some((first, _)) = it.next() else {
+            return 0;
         };
-        word & (1 << (i % 64)) != 0
+        1 + it
+            .take(max.saturating_sub(1))
+            .enumerate()
+            .take_while(|&(j, (p, _))| p.0 == first.0 + 1 + j as u64)
+            .count()
+    }
+}
+
+impl Iterator for Entries<'_> {
+    type Item = (Pfn, u32);
+
+    fn next(&mut self) -> Option<(Pfn, u32)> {
+        if self.ascending {
+            let p = *self.pages.get(self.at)?;
+            self.at += 1;
+            return Some((p, 1));
+        }
+        if self.at == self.len && !self.done {
+            self.refill();
+        }
+        let e = *self.window[..self.len].get(self.at)?;
+        self.at += 1;
+        Some(e)
     }
 }
 
@@ -1088,8 +1363,9 @@ enum Seen {
 
 #[cfg(test)]
 mod tests {
-    use super::{run_len, Claim};
-    use crate::Pfn;
+    use super::{run_len, Claim, Entries, CLAIM_BITS};
+    use crate::frame::{Word, CLAIM_TAG_MAX};
+    use crate::{Order, Pfn};
 
     #[test]
     fn run_len_finds_where_the_frames_stop_being_consecutive() {
@@ -1115,17 +1391,108 @@ mod tests {
     }
 
     #[test]
-    fn claim_bits_cross_from_the_stack_to_the_heap() {
-        let mut c = Claim::default();
-        // Small enough for Miri, which runs the unit tests.
-        let set = [0usize, 63, 64, 511, 512, 513, 2047, 3000];
-        for &i in &set {
-            c.set(i);
+    fn claim_records_bits_then_tags_past_the_first_kept_page() {
+        let mut c = Claim::new();
+        let plain = Word::claimed(1);
+        // All taken so far: nothing recorded, every entry held.
+        for e in 0..700 {
+            assert_eq!(c.word(e, plain), plain);
+            c.took(e);
         }
-        for i in 0..3100 {
-            assert_eq!(c.get(i), set.contains(&i), "bit {i}");
+        assert!(c.holds(699, Word::TAIL) && c.tag.is_none());
+        c.kept(700);
+        // Bits for the next 512 entries, no tag.
+        for e in (701..700 + CLAIM_BITS).step_by(3) {
+            assert_eq!(c.word(e, plain), plain);
+            c.took(e);
         }
-        // Nothing beyond the last page taken was allocated.
-        assert_eq!(c.heap.len(), (3000 - 512) / 64 + 1);
+        assert!(c.tag.is_none());
+        assert!(c.holds(701, plain) && !c.holds(702, plain) && !c.holds(700, plain));
+        // Past them, the claimed word carries the call's tag, and only a word
+        // with that tag is the call's.
+        let far = 700 + CLAIM_BITS + 5;
+        let w = c.word(far, plain);
+        let tag = c.tag.as_ref().unwrap().0;
+        assert!(tag > 0 && w.claim_tag() == tag && w.is_claimed());
+        c.took(far);
+        assert!(c.holds(far, w));
+        assert!(!c.holds(far, plain), "another call's untagged claim");
+        assert!(!c.holds(far, plain.with_claim_tag(tag % CLAIM_TAG_MAX + 1)));
+        assert!(!c.holds(far, Word::alloc(Order(0), crate::Migratetype::Movable)));
+        // A second live call gets another tag; a dropped call's tag comes back.
+        let mut d = Claim::new();
+        d.kept(0);
+        let other = d.word(CLAIM_BITS, plain).claim_tag();
+        assert_ne!(other, tag);
+        drop(c);
+        drop(d);
+    }
+
+    /// A page the first phase passed over (it keeps references) that another
+    /// free claims before the second phase, far past the bits: the second phase
+    /// must leave that claim alone (the tag tells it from its own), and free
+    /// the pages it took.
+    #[test]
+    fn a_page_claimed_by_another_free_past_the_bits_is_not_taken_for_ours() {
+        use crate::config::Config;
+        use crate::free::Via;
+        use crate::{Gfp, ZoneAllocator};
+        let za = ZoneAllocator::new(Config::with_bytes(64 << 20)).unwrap();
+        let nr = 2048u64;
+        let start = za.alloc_contig_pages(nr, Gfp::KERNEL, 0).unwrap();
+        let z = za.zone_of(start).unwrap();
+        // The first page and one far past the bits keep a reference.
+        let other = start.add(1500);
+        za.get_page(start).unwrap();
+        za.get_page(other).unwrap();
+        let pages = (0..nr).map(|i| (start.add(i), 1));
+        let mut claim = Claim::new();
+        assert!(!za.claim_pages(z, pages.clone(), &mut claim, 0, 0).unwrap());
+        assert!(claim.tag.is_some(), "past the bits: tagged");
+        // Another free (dropping a reference its caller does not hold) claims
+        // the page passed over.
+        let idx = z.idx(other);
+        let w = z.frames.word(idx);
+        let theirs = Word::claimed(w.aux());
+        z.frames.cas_word(idx, w, theirs).unwrap();
+        za.commit_pages(z, pages, Some((&claim, 0)), Via::Cpu(0), 0);
+        assert_eq!(z.frames.word(idx), theirs, "their claim left alone");
+        // The other free's outcome: the page restored with its one reference.
+        z.frames.set_word(idx, w.with_refcount(1));
+        drop(claim);
+        for p in [start, other] {
+            assert_eq!(za.page_count(p), Ok(1));
+            za.free_pages(p, Order(0)).unwrap();
+        }
+        za.drain_all_pages();
+        let r = za.check_invariants().unwrap();
+        assert_eq!(r.allocated_pages, 0);
+        assert_eq!(za.nr_free_pages(), za.managed_pages());
+    }
+
+    #[test]
+    fn entries_of_an_unsorted_array_come_ascending_with_counts() {
+        // More distinct pages than a window, some listed twice or three times.
+        let mut v: Vec<Pfn> = (0..300u64).map(|i| Pfn(i * 7 % 307 + 1000)).collect();
+        v.extend([Pfn(1005), Pfn(1200), Pfn(1200)]);
+        let got: Vec<(Pfn, u32)> = Entries::new(&v, false).collect();
+        let mut want: Vec<(Pfn, u32)> = Vec::new();
+        let mut sorted = v.clone();
+        sorted.sort_unstable();
+        for g in sorted.chunk_by(|a, b| a == b) {
+            want.push((g[0], g.len() as u32));
+        }
+        assert_eq!(got, want);
+        // Runs and skips across windows.
+        let mut e = Entries::new(&v, false);
+        e.skip_entries(60);
+        assert_eq!(e.clone().next(), Some(want[60]));
+        let n = e.run_len(usize::MAX);
+        let linear = 1 + want[60..]
+            .windows(2)
+            .take_while(|w| w[1].0 .0 == w[0].0 .0 + 1)
+            .count();
+        assert_eq!(n, linear);
+        assert_eq!(e.run_len(5), 5.min(linear));
     }
 }

@@ -154,6 +154,10 @@ pub const REFCOUNT_MAX: u32 = 1 << 30;
 /// down: it stays far from both 1 (so no drop looks like the last) and `u32::MAX`.
 pub(crate) const MIGRATING_BASE: u32 = 1 << 31;
 
+/// The largest claim tag (`Word::with_claim_tag`): seven bits of a claimed
+/// word's flags.
+pub(crate) const CLAIM_TAG_MAX: u8 = 127;
+
 /// A decoded copy of a frame's state word.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct Word(pub u64);
@@ -240,6 +244,21 @@ impl Word {
     #[inline]
     pub const fn claimed(aux: u8) -> Word {
         Word::new(Tag::Frozen, 0, aux, 1)
+    }
+    /// A `claimed` or `claimed_block` word carrying claim tag `tag` (1 to
+    /// `CLAIM_TAG_MAX`) in its flags, which such a word has no other use for
+    /// (`FLAG_LAZY` kept clear: a `materializing` word is a claimed word with
+    /// it). A multi-page free whose record of the pages it took is full marks the
+    /// pages it takes after that with a tag no other free holds at the moment
+    /// (see `contig`'s `Claim`).
+    #[inline]
+    pub const fn with_claim_tag(self, tag: u8) -> Word {
+        self.with_flags((tag & 0x3f) | (tag & 0x40) << 1)
+    }
+    /// The claim tag of a `claimed` or `claimed_block` word (0: none).
+    #[inline]
+    pub const fn claim_tag(self) -> u8 {
+        (self.flags() & 0x3f) | (self.flags() & 0x80) >> 1
     }
     /// A migrating target's word (`FLAG_MIGRATING`, count relative to
     /// `MIGRATING_BASE`) with the old block's `held` references added and the flag
@@ -1384,6 +1403,18 @@ fn walk(t: &FrameTable, first: u32, end: u32) -> impl Iterator<Item = u32> + '_ 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claim_tags_round_trip_and_leave_lazy_alone() {
+        for tag in 0..=CLAIM_TAG_MAX {
+            for w in [Word::claimed(3), Word::claimed_block(Order(4), 1)] {
+                let t = w.with_claim_tag(tag);
+                assert_eq!(t.claim_tag(), tag);
+                assert!(t.is_claimed() && !t.is_materializing());
+                assert_eq!((t.order(), t.aux()), (w.order(), w.aux()));
+            }
+        }
+    }
 
     #[test]
     fn word_round_trips_its_fields() {

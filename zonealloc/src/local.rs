@@ -80,7 +80,7 @@ use crate::fault::FaultSite;
 use crate::frame::{Tag, Word, FLAG_ISOLATED};
 use crate::free::{Holder, Via};
 use crate::gfp::{AllocFlags, Gfp};
-use crate::local_state::{CacheShared, Held, LOCAL_ORDERS};
+use crate::local_state::{stack_room, CacheShared, Held, LOCAL_ORDERS};
 use crate::pcp::{pcp_allowed_order, PcpLocked};
 use crate::stack_limits::MIN_BATCHES;
 use crate::sync::{TryLock, TryLockGuard};
@@ -141,6 +141,11 @@ type HeldGuard<'g> = TryLockGuard<'g, Held>;
 impl<B: Backend> ZoneAllocator<B> {
     /// A `LocalCache` for requests of `gfp`, refilled first from the list of the CPU
     /// the caller runs on now.
+    ///
+    /// A set-up call: where the cache holds blocks of its own (no per-CPU stacks)
+    /// it allocates its shared part and its stacks' room on the heap and
+    /// registers itself with the allocator; its `alloc`, `free` and `flush` never
+    /// call the heap, and dropping it (teardown) frees what this allocated.
     ///
     /// # Errors
     /// `NoEligibleZone` when no zone of node 0 may serve `gfp`.
@@ -208,11 +213,17 @@ impl<'a, B: Backend> LocalCache<'a, B> {
     /// block whole; the cache holds twice a batch of each order before a free
     /// flushes, at most `LOCAL_CACHE_MAX_BATCHES` times as many once its limit
     /// has grown). No effect where the per-CPU stacks serve the cache.
+    ///
+    /// A set-up call, like `local_cache`: a larger batch than the cache had
+    /// makes room for it on the heap (sixteen batches of each order, or what
+    /// the zone could hold), so that no later call needs to.
     pub fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch.max(1);
         if let Some(mut h) = self.lock() {
             for o in 0..LOCAL_ORDERS {
-                self.set_flush_at(&mut h, Order(o as u8));
+                let order = Order(o as u8);
+                h.stacks[o].make_room(stack_room(self.batch, order, self.zone.spanned));
+                self.set_flush_at(&mut h, order);
             }
         }
         self
@@ -381,7 +392,6 @@ impl<'a, B: Backend> LocalCache<'a, B> {
         };
         let o = order.idx();
         h.alloc_factor[o] = crate::stack_limits::factor_after_refill(factor, h.alloc_factor[o]);
-        h.stacks[order.idx()].reserve(n.saturating_mul(2));
         let got = self.take_from_list(h, &mut pcp, order, flags, n);
         let stack = &mut h.stacks[order.idx()];
         if got < n {

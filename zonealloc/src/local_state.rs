@@ -7,10 +7,13 @@
 //! to empty the cache; `CacheShared::pages` is written by that lock's holder and
 //! read by anyone.
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
+use core::ops::{Deref, RangeTo};
 
+use crate::stack_limits::MAX_BATCHES;
 use crate::sync::TryLock;
-use crate::types::{Pfn, PAGE_ALLOC_COSTLY_ORDER};
+use crate::types::{Order, Pfn, PAGE_ALLOC_COSTLY_ORDER};
 
 /// Orders a cache holds: `0..=PAGE_ALLOC_COSTLY_ORDER`.
 pub(crate) const LOCAL_ORDERS: usize = PAGE_ALLOC_COSTLY_ORDER as usize + 1;
@@ -30,7 +33,8 @@ pub(crate) struct CacheShared {
 pub(crate) struct Held {
     /// Index of the cache's zone in the allocator.
     pub(crate) zone: usize,
-    pub(crate) stacks: [Vec<Pfn>; LOCAL_ORDERS],
+    /// Per order, the cached blocks, oldest first (see `BlockStack`).
+    pub(crate) stacks: [BlockStack; LOCAL_ORDERS],
     /// Pages on `stacks`.
     pub(crate) pages: u64,
     /// A call since the last `pcp_decay` (see `ZoneAllocator::decay_caches`).
@@ -55,5 +59,103 @@ impl CacheShared {
     #[inline(always)]
     pub(crate) fn publish(&self, h: &Held) {
         self.pages.set(h.pages);
+    }
+}
+
+/// The room a cache's stack of `order` needs for a batch of `batch` blocks (of
+/// order 0; halved per order, at least 1) in a zone spanning `spanned` frames:
+/// sixteen batches (`2 * MAX_BATCHES`), or every block of the order the zone
+/// could hold, whichever is less.
+///
+/// Sixteen batches bound the stack. A refill finds it empty and takes at most
+/// `MAX_BATCHES` batches, which its last free block taken whole may overshoot
+/// by one less than that (`rmqueue_bulk`'s `whole`): under sixteen. A free
+/// pushes one block onto a stack below its flush limit (at most `MAX_BATCHES`
+/// batches) or below what the last refill left, and one that reaches the limit
+/// flushes before it returns. And no stack can hold more distinct blocks of an
+/// order than the zone spans.
+pub(crate) fn stack_room(batch: usize, order: Order, spanned: u64) -> usize {
+    let per_batch = (batch >> order.0).max(1);
+    let in_zone = usize::try_from((spanned >> order.0) + 1).unwrap_or(usize::MAX);
+    per_batch
+        .saturating_mul(2 * MAX_BATCHES as usize)
+        .min(in_zone)
+}
+
+/// One order's cached blocks, oldest first: a stack whose room is allocated
+/// when the cache is made or given a larger batch (`with_batch`), set-up calls
+/// both, and never grown by a push, so the cache's allocations, frees, refills
+/// and flushes make no heap call. Reads as the slice of its blocks.
+pub(crate) struct BlockStack {
+    blocks: Box<[Pfn]>,
+    len: usize,
+}
+
+impl BlockStack {
+    /// No room, no block; allocates nothing.
+    pub(crate) fn new() -> BlockStack {
+        BlockStack {
+            blocks: Box::default(),
+            len: 0,
+        }
+    }
+
+    /// Makes room for at least `room` blocks, keeping those held. Set-up: it
+    /// allocates when the room grows.
+    pub(crate) fn make_room(&mut self, room: usize) {
+        if room <= self.blocks.len() {
+            return;
+        }
+        let mut v = Vec::with_capacity(room);
+        v.extend_from_slice(&self.blocks[..self.len]);
+        v.resize(room, Pfn(0));
+        self.blocks = v.into_boxed_slice();
+    }
+
+    /// Adds a block on top.
+    ///
+    /// # Panics
+    /// If the stack is full, which the cache's limits rule out (`stack_room`).
+    #[inline(always)]
+    pub(crate) fn push(&mut self, p: Pfn) {
+        self.blocks[self.len] = p;
+        self.len += 1;
+    }
+
+    /// Adds blocks on top, as `push`.
+    pub(crate) fn extend(&mut self, blocks: impl IntoIterator<Item = Pfn>) {
+        for p in blocks {
+            self.push(p);
+        }
+    }
+
+    /// Takes the top block.
+    #[inline(always)]
+    pub(crate) fn pop(&mut self) -> Option<Pfn> {
+        self.len = self.len.checked_sub(1)?;
+        Some(self.blocks[self.len])
+    }
+
+    /// Takes the `..n` oldest blocks off (they were handed on: see
+    /// `Held::flush_order`); the rest move down.
+    pub(crate) fn drain(&mut self, r: RangeTo<usize>) {
+        let n = r.end.min(self.len);
+        self.blocks.copy_within(n..self.len, 0);
+        self.len -= n;
+    }
+}
+
+impl Default for BlockStack {
+    fn default() -> BlockStack {
+        BlockStack::new()
+    }
+}
+
+impl Deref for BlockStack {
+    type Target = [Pfn];
+
+    #[inline(always)]
+    fn deref(&self) -> &[Pfn] {
+        &self.blocks[..self.len]
     }
 }

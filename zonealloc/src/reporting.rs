@@ -233,6 +233,11 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `cfg.order` are reported to `reporter` by each pass, `cfg.capacity` at a
     /// time. Nothing is reported yet.
     ///
+    /// A set-up call: it allocates what the passes use, once (each zone's bitmap
+    /// of reported memory and room for a batch in flight, and the batch handed
+    /// to the reporter), so that a pass makes no heap call.
+    /// `unregister_page_reporting` frees it.
+    ///
     /// # Errors
     /// `AlreadyRegistered`; `InvalidOrder` for an order above `max_order`;
     /// `InvalidCapacity`; `NoDiscard` or `Poisoning` for a `Reporter::Backend`

@@ -1135,7 +1135,10 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// that can be freed is; the first refusal is returned.
     fn free_page_array(&self, pages: &[Pfn]) -> Result<(), FreeError> {
         match self.cfg.vfree_mode {
-            VfreeMode::Bulk => match self.za.free_pages_bulk_by(pages, Holder::Vmalloc) {
+            VfreeMode::Bulk => match self
+                .za
+                .free_pages_bulk_by(&ascending(pages), Holder::Vmalloc)
+            {
                 Ok(()) => Ok(()),
                 // `free_pages_bulk` changed nothing; free what is still ours.
                 Err(e) => {
@@ -1164,6 +1167,21 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
             }
         }
         first
+    }
+}
+
+/// `pages` in ascending order: as they are if they are, else a sorted copy.
+/// `free_pages_bulk` takes pages in ascending order whatever the array's, and
+/// reads an array out of order a window at a time (it makes no copy, so that
+/// its callers' frees call no heap); vmalloc, whose areas keep their page arrays
+/// on the heap, sorts them first, which is cheaper for a large area.
+fn ascending(pages: &[Pfn]) -> alloc::borrow::Cow<'_, [Pfn]> {
+    if pages.windows(2).all(|w| w[0] < w[1]) {
+        alloc::borrow::Cow::Borrowed(pages)
+    } else {
+        let mut v = pages.to_vec();
+        v.sort_unstable();
+        alloc::borrow::Cow::Owned(v)
     }
 }
 

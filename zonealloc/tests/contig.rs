@@ -768,3 +768,121 @@ fn racing_page_calls_in_one_split_block_both_succeed() {
     }
     settled(&za);
 }
+
+/// Every page of `[start, start + nr)` that is still allocated, dropped to free.
+fn put_all(za: &ZoneAllocator, start: Pfn, nr: u64) {
+    for p in (start.0..start.0 + nr).map(Pfn) {
+        while matches!(za.frame_state(p), Some(FrameState::Allocated { .. })) {
+            za.put_page(p).unwrap();
+        }
+    }
+}
+
+/// A free of more pages than the first phase keeps a bit for, some of them
+/// holding a second reference (so that it must tell the pages it took from those
+/// it passed over far past its bits): refused at a bad page at its end with
+/// nothing changed, then done, by range, by array, and by an array out of order
+/// with pages listed twice.
+#[test]
+fn long_frees_of_shared_pages_are_refused_unchanged_then_done() {
+    let za = za(1 << 14);
+    let (start, nr) = (Pfn(2048), 3000u64);
+    for how in 0..3 {
+        // A second reference on every 41st page, and on the last 300 (listed
+        // twice in case 2).
+        let shared = |p: Pfn| (p.0 - start.0).is_multiple_of(41) || p.0 - start.0 >= nr - 300;
+        za.alloc_contig_range(start, start.add(nr)).unwrap();
+        for p in (start.0..start.0 + nr).map(Pfn).filter(|&p| shared(p)) {
+            za.get_page(p).unwrap();
+        }
+        let mut pages: Vec<Pfn> = (start.0..start.0 + nr).map(Pfn).collect();
+        if how == 2 {
+            // Out of order, the last 300 pages listed twice (two references each).
+            pages.extend((start.0 + nr - 300..start.0 + nr).map(Pfn));
+            pages.reverse();
+            pages.swap(17, 2500);
+        }
+        let mut bad = pages.clone();
+        bad.push(start.add(nr)); // free: the bad page, past all the others
+        let digest = za.state_digest();
+        let refused = match how {
+            0 => za.free_contig_range(start, nr + 1),
+            _ => za.free_pages_bulk(&bad),
+        };
+        assert_eq!(refused, Err(FreeError::AlreadyFree(start.add(nr))));
+        assert_eq!(
+            za.state_digest(),
+            digest,
+            "case {how}: the refusal changed nothing"
+        );
+        match how {
+            0 => za.free_contig_range(start, nr).unwrap(),
+            _ => za.free_pages_bulk(&pages).unwrap(),
+        }
+        for p in (start.0..start.0 + nr).map(Pfn) {
+            let held = matches!(za.frame_state(p), Some(FrameState::Allocated { .. }));
+            let listed_twice = how == 2 && p.0 >= start.0 + nr - 300;
+            assert_eq!(held, shared(p) && !listed_twice, "case {how}: page {p}");
+        }
+        put_all(&za, start, nr);
+        settled(&za);
+    }
+}
+
+/// Two frees race over long arrays that share pages far past the bits of their
+/// first phase (each array's first page keeps a reference, so each records
+/// what it takes from there on). Odd rounds: the shared pages have one reference
+/// each, which both calls claim (a misuse): exactly one call succeeds. Even
+/// rounds: two references each, one for each call, except that the second call
+/// lists some twice (a misuse too), taking them where the first passes them
+/// over: both succeed if the second takes them before the first drops its
+/// reference (each such page then freed once, by the second), else the call
+/// that comes second to such a page is refused. Every frame ends free or
+/// allocated exactly once.
+#[test]
+fn racing_long_frees_of_shared_pages_free_each_page_once() {
+    let za = za(1 << 14);
+    let (start, nr) = (Pfn(1024), 4096u64);
+    let half = start.0 + nr / 2;
+    for round in 0..24u64 {
+        let single = round % 2 == 1;
+        za.alloc_contig_range(start, start.add(nr)).unwrap();
+        let both = |p: Pfn| p.0 > half && p.0.is_multiple_of(3);
+        let twice = |p: Pfn| !single && both(p) && p.0.is_multiple_of(2);
+        if !single {
+            for p in (half..start.0 + nr).map(Pfn).filter(|&p| both(p)) {
+                za.get_page(p).unwrap();
+            }
+        }
+        za.get_page(start).unwrap();
+        za.get_page(Pfn(half + 1)).unwrap();
+        let a: Vec<Pfn> = (start.0..half)
+            .map(Pfn)
+            .chain((half..start.0 + nr).map(Pfn).filter(|&p| both(p)))
+            .collect();
+        let mut b: Vec<Pfn> = (half + 1..start.0 + nr).map(Pfn).collect();
+        b.extend((half..start.0 + nr).map(Pfn).filter(|&p| twice(p)));
+        if round % 4 < 2 {
+            b.reverse();
+        }
+        let (ra, rb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| za.free_pages_bulk(&a));
+            let tb = s.spawn(|| za.free_pages_bulk(&b));
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        if single {
+            assert!(ra.is_ok() != rb.is_ok(), "round {round}: {ra:?} {rb:?}");
+        } else {
+            assert!(ra.is_ok() || rb.is_ok(), "round {round}: {ra:?} {rb:?}");
+            if ra.is_ok() && rb.is_ok() {
+                let held: Vec<Pfn> = (start.0..start.0 + nr)
+                    .map(Pfn)
+                    .filter(|&p| matches!(za.frame_state(p), Some(FrameState::Allocated { .. })))
+                    .collect();
+                assert_eq!(held, [start, Pfn(half + 1)], "round {round}");
+            }
+        }
+        put_all(&za, start, nr);
+        settled(&za);
+    }
+}
