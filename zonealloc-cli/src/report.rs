@@ -541,8 +541,9 @@ fn compact(v: f64, unit: &str, sig: usize) -> String {
             .unwrap_or((1.0, "ns"));
         return format!("{} {name}", sig_digits(ns / div, sig));
     }
-    // A unit that has its own prefix ("M ops/s") takes no second one: 1180, not 1.18k.
-    let prefixed = matches!(unit.as_bytes(), [b'k' | b'M' | b'G', b' ' | b'/', ..]);
+    // A unit that has its own prefix ("M ops/s", "MiB") takes no second one: 1180, not 1.18k.
+    let prefixed = matches!(unit.as_bytes(), [b'k' | b'M' | b'G', b' ' | b'/', ..])
+        || ["KiB", "MiB", "GiB"].iter().any(|p| unit.starts_with(p));
     let (div, suffix) = [(1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")]
         .into_iter()
         .find(|&(d, _)| !prefixed && at_least(r, d))
@@ -2777,6 +2778,7 @@ mod tests {
         assert_eq!(si_value(99.586, "%"), "99.6 %");
         assert_eq!(si_value(2.738, "x"), "2.74x");
         assert_eq!(si_value(1181.3, "M it/s"), "1180 M it/s");
+        assert_eq!(si_value(1020.0, "MiB"), "1020 MiB");
         assert_eq!(si_label(1250.0, "M/s"), "1250");
         assert_eq!(ratio_label(1437.81, true), "1438x*");
         assert_eq!(ratio_label(0.4321, false), "0.43x");

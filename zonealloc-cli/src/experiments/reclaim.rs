@@ -192,7 +192,7 @@ impl Experiment for Reclaim {
             table(
                 "p99",
                 "99th percentile of a request's latency, ns",
-                Metric::lower("p99 ns", "ns"),
+                Metric::lower("ns at the 99th percentile of requests", "ns"),
                 &ps,
             ),
         ];
