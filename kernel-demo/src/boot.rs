@@ -40,12 +40,9 @@ pub const TRAMPOLINE_ADDR: u64 = 0x8000;
 /// from the bootstrap processor (which carries the Multiboot magic there).
 const AP_MARKER: u32 = 0x4150_4150;
 
-/// Bytes of the bootstrap processor's stack (in the image's bss). 256 KiB,
-/// where 64 KiB did for everything else: building the allocator with a platform
-/// that can sync CPUs takes about 130 KiB of stack (zonealloc builds each CPU's
-/// pinned stacks, a 32 KiB structure aligned to 32 KiB, by value before it
-/// moves them to the heap), which the bootstrap processor alone does.
-pub const BOOT_STACK_BYTES: usize = 256 << 10;
+/// Bytes of the bootstrap processor's stack (in the image's bss): 64 KiB, of
+/// which a run uses about 31 (the allocator's construction included).
+pub const BOOT_STACK_BYTES: usize = 64 << 10;
 
 /// The stack the next application processor to start loads in long mode; the
 /// bootstrap processor sets it before each start-up IPI (see `smp`). Read once by

@@ -282,15 +282,6 @@ fn build_allocator(
         pools[nid] = (at, at + frames * PAGE_BYTES);
     }
     let reserved = zones::reserved(boot, &nodes);
-    let expected: Vec<(u16, u64)> = nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(nid, node)| {
-            node.zones
-                .iter()
-                .map(move |z| (nid as u16, z.spanned_pages))
-        })
-        .collect();
     let nr_nodes = nodes.len();
     let config = zones::config(nodes, reserved, topo, nr_cpus);
     boot.print();
@@ -301,8 +292,7 @@ fn build_allocator(
         config.spanned_metadata_bytes() >> 10
     );
 
-    let map =
-        VmemMap::new(&pools[..nr_nodes], &expected).unwrap_or_else(|e| fail_with(Exit::Setup, e));
+    let map = VmemMap::new(&pools[..nr_nodes]).unwrap_or_else(|e| fail_with(Exit::Setup, e));
     *MEMMAP.lock() = Some(map);
     let t0 = time::tsc();
     let built = {

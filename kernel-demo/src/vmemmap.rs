@@ -123,10 +123,6 @@ pub struct VmemMap {
     zero_pt: u64,
     pools: [Pool; MAX_NODES],
     loan: Option<Pool>,
-    /// The zones in configuration order: (node, spanned frames); the `k`-th
-    /// reservation is taken to be the `k`-th zone's table when its size fits.
-    expected: [(u16, u64); MAX_TABLES],
-    nr_expected: usize,
     /// Reserved runs `[start, end)` and the node whose frames back them.
     tables: [(u64, u64, u16); MAX_TABLES],
     nr_tables: usize,
@@ -169,14 +165,14 @@ fn pml4() -> u64 {
 
 impl VmemMap {
     /// A map over per-node pools (`pools[n]`: physical bytes `[start, end)`,
-    /// empty for a node with none), for the zones `expected` (node, spanned
-    /// frames) in configuration order. Takes its shared frames (the zero frame,
+    /// empty for a node with none); a zone's table is backed from its node's
+    /// pool (`MemMap::reserve` names the zone). Takes its shared frames (the zero frame,
     /// the zero page table, the page-directory pointer table) from node 0's
     /// pool and installs the PML4 entry.
     ///
     /// # Errors
     /// Node 0's pool cannot give the three frames, or the PML4 slot is taken.
-    pub fn new(pools: &[(u64, u64)], expected: &[(u16, u64)]) -> Result<VmemMap, &'static str> {
+    pub fn new(pools: &[(u64, u64)]) -> Result<VmemMap, &'static str> {
         let mut m = VmemMap {
             next_va: VMEMMAP_START,
             pdpt: 0,
@@ -184,8 +180,6 @@ impl VmemMap {
             zero_pt: 0,
             pools: [Pool::default(); MAX_NODES],
             loan: None,
-            expected: [(0, 0); MAX_TABLES],
-            nr_expected: expected.len().min(MAX_TABLES),
             tables: [(0, 0, 0); MAX_TABLES],
             nr_tables: 0,
             usage: Usage::default(),
@@ -195,7 +189,6 @@ impl VmemMap {
         for (p, &(s, e)) in m.pools.iter_mut().zip(pools) {
             *p = Pool::new(s, e);
         }
-        m.expected[..m.nr_expected].copy_from_slice(&expected[..m.nr_expected]);
         let slot = (VMEMMAP_START >> 39) & 511;
         if read(pml4(), slot) & PRESENT != 0 {
             return Err("the frame tables' PML4 slot is in use");
@@ -321,20 +314,15 @@ impl VmemMap {
 // kernel reserved from the allocator (the pools) or memory not yet given to it
 // (a loan), never from memory the allocator manages.
 unsafe impl zonealloc::MemMap for VmemMap {
-    fn reserve(&mut self, bytes: usize) -> Option<NonNull<u8>> {
+    fn reserve(&mut self, zone: zonealloc::ZoneId, bytes: usize) -> Option<NonNull<u8>> {
         let va = self.next_va.next_multiple_of(LARGE);
         let end = va.checked_add(bytes as u64)?;
         if end > VMEMMAP_START + VMEMMAP_BYTES || self.nr_tables == MAX_TABLES {
             return None;
         }
-        // Construction reserves each zone's table once, in configuration order:
-        // the k-th reservation is the k-th zone's when its size says so (16
-        // bytes a frame, a little more for lines and sentinels).
+        // The table is backed from its zone's node's pool.
         let k = self.nr_tables;
-        let node = match self.expected[..self.nr_expected].get(k) {
-            Some(&(n, spanned)) if bytes as u64 >= spanned * 16 => n,
-            _ => 0,
-        };
+        let node = zone.node;
         let mut chunk = va;
         while chunk < end {
             let pd = self.pd_of(chunk, node)?;

@@ -878,12 +878,17 @@ impl StartPlan {
         // 3. Pageblock types.
         for z in &self.zones {
             let runs = z.managed_runs();
+            let init_end = z.uninit.map_or(z.spec.start_pfn + z.spec.spanned, |u| u.0);
             for (i, &mt) in z.block_types.iter().enumerate() {
                 let src = z
                     .type_source
                     .get(i)
                     .copied()
                     .unwrap_or(TypeSource::Inferred);
+                if ((z.spec.start_pfn >> pb) + i as u64) << pb >= init_end {
+                    // Not initialised: movable, and counted by nobody.
+                    continue;
+                }
                 if let Some(k) = type_index(mt) {
                     match src {
                         TypeSource::Named => rep.named_types[k] += 1,

@@ -86,6 +86,9 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     pub(crate) reclaim: crate::shrinker::ReclaimState,
     /// Contiguous memory areas (see `cma`).
     pub(crate) cma: crate::cma_state::CmaState,
+    /// Memory arriving (`add_memory`), one call at a time. Process context
+    /// only; no owner code runs under it.
+    pub(crate) hotplug: crate::sync::Lock<()>,
 }
 
 impl ZoneAllocator<AbstractFrames> {
@@ -287,6 +290,7 @@ impl<B: Backend> ZoneAllocator<B> {
             reporting: crate::reporting_state::ReportingState::new(),
             reclaim: crate::shrinker::ReclaimState::new(nr_nodes, platform),
             cma,
+            hotplug: crate::sync::Lock::new((), None),
         };
         za.setup_watermarks(za.config.min_free_kbytes)?;
         za.debug.init_free_memory(&za.backend, &za.zones);
@@ -442,13 +446,14 @@ impl<B: Backend> ZoneAllocator<B> {
                 (batch, min, max)
             };
             for cpu in 0..z.pcp.len() {
-                let mut p = z.pcp_lock(cpu);
+                let mut p = z.pcp_lock_lists(cpu);
                 p.pcp.batch = batch;
                 p.pcp.high_min = high_min;
                 p.pcp.high_max = high_max;
                 p.pcp.high = p.pcp.high.clamp(high_min, high_max);
                 // The stacks start again from their smallest limits, within the new
-                // bound (they are stopped and empty while the lock is held).
+                // bound (stopped and empty while the lock is held, or pinned and
+                // running: a push that finds more than its new limit flushes).
                 crate::stack_limits::reset_limits(z, cpu, high_max);
                 // Shrinking limits may leave too much on the lists.
                 if p.pcp.count > p.pcp.high {

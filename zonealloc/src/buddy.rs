@@ -694,6 +694,7 @@ impl ZoneLocked<'_> {
             debug_assert_eq!(t.word(idx), Word::frozen(order));
             self.free_block_locked(z.pfn_of(idx), order, false);
             z.events.pgfree.inc(order.nr_pages());
+            z.undefer_pages(order.nr_pages());
             n += 1;
             idx = next;
         }

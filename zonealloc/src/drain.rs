@@ -77,8 +77,9 @@ impl<B: Backend> ZoneAllocator<B> {
         more
     }
 
-    /// Pages on every CPU's lists and stacks, and in `LocalCache`s, all zones
-    /// (free, but not in `nr_free_pages`). Lock-free; exact once quiet.
+    /// Pages on every CPU's lists and stacks, in `LocalCache`s, and freed by
+    /// `free_pages_nolock` while the zone lock was taken, all zones (free, but
+    /// not in `nr_free_pages`). Lock-free; exact once quiet.
     pub fn nr_pcp_pages(&self) -> u64 {
         self.zones
             .iter()
@@ -87,6 +88,7 @@ impl<B: Backend> ZoneAllocator<B> {
             .sum::<u64>()
             + self.nr_stacked_pages()
             + self.nr_cached_pages()
+            + self.zones.iter().map(|z| z.deferred_pages()).sum::<u64>()
     }
 
     // -------------------------------------------------------------------------

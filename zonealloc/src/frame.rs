@@ -601,7 +601,11 @@ impl FrameTable {
     #[cfg(test)]
     pub fn new(base: u64, nr: usize, lists: usize) -> Option<FrameTable> {
         let all = [(base, base + nr as u64)];
-        FrameTable::build(base, nr, lists, &all, &mut TableSource::Own)
+        let zone = crate::types::ZoneId {
+            node: 0,
+            zone_type: crate::types::ZoneType::Normal,
+        };
+        FrameTable::build(zone, base, nr, lists, &all, &mut TableSource::Own)
     }
 
     /// A table of `nr` frames from frame number `base`: the frames in `present`
@@ -611,6 +615,7 @@ impl FrameTable {
     /// `memmap`), except from the heap, which backs the whole table. `None` if the
     /// memory cannot be had (every source is fallible, never an abort).
     pub fn build(
+        zone: crate::types::ZoneId,
         base: u64,
         nr: usize,
         lists: usize,
@@ -618,7 +623,7 @@ impl FrameTable {
         src: &mut TableSource<'_>,
     ) -> Option<FrameTable> {
         let (sentinels, entries, nr_lines) = geometry(nr, lists)?;
-        let (lines, storage) = Self::reserve(nr_lines, src)?;
+        let (lines, storage) = Self::reserve(zone, nr_lines, src)?;
         let words = nr_sections(base, nr).div_ceil(64);
         let mut populated = Vec::new();
         populated.try_reserve_exact(words).ok()?;
@@ -687,7 +692,11 @@ impl FrameTable {
     /// Address space for `nr_lines` lines from `src`, reading as zeroes (built
     /// entries under loom).
     #[allow(unsafe_code)]
-    fn reserve(nr_lines: usize, src: &mut TableSource<'_>) -> Option<(NonNull<Line>, Storage)> {
+    fn reserve(
+        zone: crate::types::ZoneId,
+        nr_lines: usize,
+        src: &mut TableSource<'_>,
+    ) -> Option<(NonNull<Line>, Storage)> {
         #[cfg(loom)]
         {
             let _ = src;
@@ -711,7 +720,7 @@ impl FrameTable {
                 .max(4096);
             match src {
                 TableSource::Given(m) => {
-                    let p = m.reserve(bytes)?;
+                    let p = m.reserve(zone, bytes)?;
                     debug_assert!((p.as_ptr() as usize).is_multiple_of(4096));
                     Some((p.cast(), Storage::Given))
                 }
@@ -821,15 +830,21 @@ impl FrameTable {
         true
     }
 
-    /// Backs the frames `[first, end)` (table indices) if they are not yet, and
-    /// gives them `Tail` with no links: memory arriving where there was a hole
-    /// (see `hotplug`). The caller owns the frames' states (they were holes, and
-    /// it holds the zone lock).
-    pub fn make_present(&self, first: usize, end: usize, src: &mut TableSource<'_>) -> bool {
+    /// Backs the metadata of frames `[first, end)` (table indices) if it is not
+    /// yet: memory about to arrive where there was a hole (see `hotplug`). The
+    /// caller serialises the callers of this (`ZoneAllocator`'s hot-plug lock);
+    /// it holds no allocator lock, since a kernel's `MemMap::populate` may need
+    /// every CPU to take an interrupt (a TLB flush).
+    pub fn back(&self, first: usize, end: usize, src: &mut TableSource<'_>) -> bool {
         debug_assert!(first <= end && end <= self.len);
-        if !self.populate_sections(first, end, src) {
-            return false;
-        }
+        self.populate_sections(first, end, src)
+    }
+
+    /// Gives the frames `[first, end)`, backed (`back`), `Tail` with no links:
+    /// memory arriving where there was a hole. The caller owns the frames'
+    /// states (they were holes, and it holds the zone lock).
+    pub fn make_present(&self, first: usize, end: usize) {
+        debug_assert!(first <= end && end <= self.len);
         let t = self.view();
         for i in first..end {
             let m = t.meta(i as u32);
@@ -837,7 +852,6 @@ impl FrameTable {
             m.next.store(NIL, Ordering::Relaxed);
             m.word.store(Word::TAIL.0, Ordering::Release);
         }
-        true
     }
 
     /// The index of list `i`'s sentinel (`i` below the `lists` given to `new`).
@@ -1404,6 +1418,12 @@ fn walk(t: &FrameTable, first: u32, end: u32) -> impl Iterator<Item = u32> + '_ 
 mod tests {
     use super::*;
 
+    /// The zone the tests' tables are for.
+    const ZONE: crate::types::ZoneId = crate::types::ZoneId {
+        node: 0,
+        zone_type: crate::types::ZoneType::Normal,
+    };
+
     #[test]
     fn claim_tags_round_trip_and_leave_lazy_alone() {
         for tag in 0..=CLAIM_TAG_MAX {
@@ -1466,7 +1486,8 @@ mod tests {
         // from section 40, in a span of 100 sections.
         let (base, nr) = (1000u64, 100 * s as usize - 1000);
         let present = [(1000, s / 2), (40 * s, 41 * s + s / 2)];
-        let t = FrameTable::build(base, nr, ZONE_LISTS, &present, &mut TableSource::Own).unwrap();
+        let t =
+            FrameTable::build(ZONE, base, nr, ZONE_LISTS, &present, &mut TableSource::Own).unwrap();
         let v = t.view();
         let present_frames = (s / 2 - 1000) + s + s / 2;
         let per_frame = core::mem::size_of::<PageMeta>() as u64;
@@ -1488,7 +1509,8 @@ mod tests {
         }
         // Memory arrives in section 70: it is backed now, and only it.
         let first = (70 * s - base) as usize;
-        assert!(t.make_present(first, first + 512, &mut TableSource::Own));
+        assert!(t.back(first, first + 512, &mut TableSource::Own));
+        t.make_present(first, first + 512);
         assert_eq!(
             t.backed_bytes() as u64 - backed,
             table_backed_bytes(base, nr as u64, &[(70 * s, 70 * s + 1)])
@@ -1507,11 +1529,11 @@ mod tests {
     #[cfg(not(loom))]
     fn a_static_region_holds_tables_until_it_is_used_up() {
         use crate::memmap::StaticMemMap;
-        use ZONE_LISTS;
         let region: &'static mut [u8] = Box::leak(alloc::vec![0xa5u8; 3 << 20].into_boxed_slice());
         let mut m = StaticMemMap::new(region);
         let all = |n: u64| [(0, n)];
         let a = FrameTable::build(
+            ZONE,
             0,
             65_536,
             ZONE_LISTS,
@@ -1522,6 +1544,7 @@ mod tests {
         let used = m.used();
         assert!((65_536 * 16..65_536 * 17).contains(&used));
         let b = FrameTable::build(
+            ZONE,
             0,
             4096,
             ZONE_LISTS,
@@ -1534,6 +1557,7 @@ mod tests {
         assert_eq!(b.lines.as_ptr() as usize % 4096, 0);
         // 2 MiB more does not fit in what is left of 3 MiB.
         assert!(FrameTable::build(
+            ZONE,
             0,
             131_072,
             ZONE_LISTS,

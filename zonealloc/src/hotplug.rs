@@ -381,11 +381,11 @@ impl<B: Backend> ZoneAllocator<B> {
     /// offline): a kernel declares the span that memory may arrive in as the
     /// zone's, with holes there, as firmware declares hot-pluggable ranges
     /// ahead (the ACPI SRAT); with sparse metadata those holes cost nothing.
-    /// The frame metadata of the range's sections is backed first: from the
-    /// allocator's own mapping, or from `memmap` where the tables came from
-    /// one (`ZoneAllocator::with_memmap`). Then the frames are free, the zone's
-    /// present and managed pages grow by them, and the watermarks and per-CPU
-    /// sizes follow.
+    /// The frame metadata of the range's sections is backed first, with no
+    /// allocator lock held: from the allocator's own mapping, or from `memmap`
+    /// where the tables came from one (`ZoneAllocator::with_memmap`). Then the
+    /// frames are free, the zone's present and managed pages grow by them, and
+    /// the watermarks and per-CPU sizes follow.
     ///
     /// # Errors
     /// `InvalidRange`, `CrossesZone`; `NotHole` naming the first frame that is
@@ -399,12 +399,18 @@ impl<B: Backend> ZoneAllocator<B> {
     ) -> Result<(), OfflineError> {
         let z = self.arrival_zone(start, nr)?;
         let end = start.0 + nr;
-        let mut zl = z.lock();
-        let t = z.frames.view();
-        if let Some(p) =
-            (start.0..end).find(|&p| t.word(z.idx(Pfn(p))) != Word::HOLE || zl.is_offline(Pfn(p)))
+        // Memory arriving, one call at a time: the holes checked here stay
+        // holes until this call makes them memory (offlining and onlining
+        // refuse ranges with holes, and need no part of this).
+        let _hotplug = self.hotplug.lock();
         {
-            return Err(OfflineError::NotHole(Pfn(p)));
+            let zl = z.lock();
+            let t = z.frames.view();
+            if let Some(p) = (start.0..end)
+                .find(|&p| t.word(z.idx(Pfn(p))) != Word::HOLE || zl.is_offline(Pfn(p)))
+            {
+                return Err(OfflineError::NotHole(Pfn(p)));
+            }
         }
         let mut src = match memmap {
             Some(m) => crate::frame::TableSource::Given(m),
@@ -412,9 +418,13 @@ impl<B: Backend> ZoneAllocator<B> {
             None => crate::frame::TableSource::Own,
         };
         let (first, last) = (z.idx(start) as usize, z.idx(Pfn(end - 1)) as usize + 1);
-        if !z.frames.make_present(first, last, &mut src) {
+        // With no allocator lock held: a kernel's `populate` may need every CPU
+        // to take an interrupt (to flush its TLB).
+        if !z.frames.back(first, last, &mut src) {
             return Err(OfflineError::Metadata);
         }
+        let mut zl = z.lock();
+        z.frames.make_present(first, last);
         // Pageblocks that held no memory before count now.
         let pb = z.pageblock_order.nr_pages();
         let mut b = start.0 / pb * pb;

@@ -69,6 +69,25 @@
 //! [`reporting`], [`hotplug`], [`cma`] and [`vmalloc`];
 //! the others are internal, and their public types are re-exported here.
 //!
+//! # The heap: set-up only
+//!
+//! A kernel's heap may take its pages from this allocator, so the runtime paths
+//! never call the heap: allocation and free of every order, the per-CPU lists and
+//! stacks and their drains, `LocalCache` calls, the bulk and contiguous paths,
+//! compaction, CMA, free page reporting passes, offlining and onlining, and
+//! reclaim passes work in batches on the stack, or link what they hold through
+//! the frame table (`tests/heap_free.rs` fails any call that allocates or frees
+//! heap memory). Calls documented as set-up or teardown allocate and free:
+//! building an allocator, `local_cache` and `with_batch` where the cache holds
+//! blocks of its own, `register_page_reporting`, `register_shrinker`, and their
+//! undoing (dropping, unregistering). Not heap-free: vmalloc (an area's array of
+//! pages is on the heap, as in Linux), the validators and the `/proc` formatters
+//! (they build text), and, while a `LocalCache` holds blocks of its own (no
+//! per-CPU stacks), the calls that reach every cache (`drain_all_pages` and so
+//! the allocation slow path before `NoMemory`, `pcp_decay`, `nr_cached_pages`,
+//! and `alloc_contig_range`, `cma_alloc` and `offline_pages`), which gather the
+//! registered caches into a list first.
+//!
 //! # Layers, one module each, following the allocation path
 //!
 //! Lowest first. A module imports only from its own row and the rows above it

@@ -31,6 +31,8 @@
 
 use core::ptr::NonNull;
 
+use crate::types::ZoneId;
+
 /// Frames in a memory section: the unit of address space the frame tables back
 /// with memory or leave as zeroes (`PAGES_PER_SECTION` for x86-64's 128 MiB
 /// sections of 4 KiB pages). Sections start at multiples of it in frame numbers.
@@ -39,7 +41,7 @@ pub const SECTION_FRAMES: u64 = 1 << 15;
 /// Gives address space for frame tables and backs the parts that hold memory.
 ///
 /// # Safety
-/// * `reserve(bytes)` returns `None`, or the start of `bytes` bytes aligned to
+/// * `reserve(zone, bytes)` returns `None`, or the start of `bytes` bytes aligned to
 ///   4096, valid for reads for as long as the allocator lives (a `'static`
 ///   region, or one the implementation never gives back while the allocator
 ///   exists), used by nothing else, and reading as zeroes.
@@ -50,8 +52,10 @@ pub const SECTION_FRAMES: u64 = 1 << 15;
 ///   over the same bytes.
 #[allow(unsafe_code)]
 pub unsafe trait MemMap {
-    /// `bytes` of address space, aligned to 4096, reading as zeroes.
-    fn reserve(&mut self, bytes: usize) -> Option<NonNull<u8>>;
+    /// `bytes` of address space for the frame table of `zone`, aligned to
+    /// 4096, reading as zeroes. A NUMA kernel backs it (in `populate`) from
+    /// `zone.node`'s memory.
+    fn reserve(&mut self, zone: ZoneId, bytes: usize) -> Option<NonNull<u8>>;
 
     /// Backs `bytes` from `addr` (inside a reservation) with writable memory.
     fn populate(&mut self, addr: NonNull<u8>, bytes: usize) -> bool;
@@ -99,7 +103,7 @@ impl StaticMemMap {
 // out, and every byte is always backed, so `populate` has nothing to do.
 #[allow(unsafe_code)]
 unsafe impl MemMap for StaticMemMap {
-    fn reserve(&mut self, bytes: usize) -> Option<NonNull<u8>> {
+    fn reserve(&mut self, _zone: ZoneId, bytes: usize) -> Option<NonNull<u8>> {
         let at = (self.start + self.used).checked_next_multiple_of(4096)?;
         let end = at.checked_add(bytes)?;
         if end > self.start + self.len {

@@ -464,6 +464,9 @@ impl PcpLocked<'_> {
         let Some(mut zl) = zl else {
             return;
         };
+        if z.has_deferred() {
+            zl.free_deferred();
+        }
         let got = zl.rmqueue_bulk(order, mt, flags, count, false, |first, k| {
             let first = t.idx(first);
             for i in 0..k as u32 {
@@ -644,6 +647,9 @@ impl PcpLocked<'_> {
             }
         } else {
             let mut zl = z.lock();
+            if z.has_deferred() {
+                zl.free_deferred();
+            }
             free_picked(
                 &mut zl,
                 core::iter::from_fn(|| {

@@ -102,19 +102,6 @@ const _: () = assert!(core::mem::offset_of!(Stacks, n) == 8);
 const _: () = assert!(core::mem::offset_of!(Stacks, rs_offset) == 16);
 
 impl CpuStacks {
-    fn new() -> CpuStacks {
-        CpuStacks {
-            stopped: AtomicU32::new(0),
-            busy: AtomicU32::new(0),
-            lim: Default::default(),
-            words: Default::default(),
-            inflow: Default::default(),
-            outflow: Default::default(),
-            tune: Default::default(),
-            slots: core::array::from_fn(|_| core::array::from_fn(|_| AtomicU32::new(0))),
-        }
-    }
-
     /// Blocks on stack `p` now (lock-free; exact while stopped).
     #[inline]
     pub(crate) fn len(&self, p: usize) -> u64 {
@@ -249,11 +236,27 @@ impl Stacks {
         }
     }
 
-    /// `n` CPUs' empty stacks, on the heap.
+    /// `n` CPUs' empty stacks, on the heap, built in place: all their fields
+    /// start at zero (a `CpuStacks` is 32 KiB; building each on the stack and
+    /// moving it would take that much of a kernel's boot stack per CPU).
     pub(crate) fn build(n: usize) -> alloc::boxed::Box<[CpuStacks]> {
-        let mut v = alloc::vec::Vec::with_capacity(n);
-        v.resize_with(n, CpuStacks::new);
-        v.into_boxed_slice()
+        let layout =
+            core::alloc::Layout::array::<CpuStacks>(n).expect("CPU count bounded by Config");
+        if n == 0 {
+            return alloc::boxed::Box::new([]);
+        }
+        // SAFETY: the layout's size is non-zero (`n` > 0 stacks of 32 KiB).
+        let p = unsafe { alloc::alloc::alloc_zeroed(layout) }.cast::<CpuStacks>();
+        if p.is_null() {
+            alloc::alloc::handle_alloc_error(layout);
+        }
+        // SAFETY: `p` holds `n` `CpuStacks`, allocated with the global allocator
+        // and the layout `Box<[CpuStacks]>` frees with. Every field of a
+        // `CpuStacks` is an atomic integer or an array of them (`Tune` too), for
+        // which all zeroes is a valid value, and zero is each one's starting
+        // value: no stopper, not busy, empty stacks, no limit yet
+        // (`reset_limits` sets them), zero counters and tuning.
+        unsafe { alloc::boxed::Box::from_raw(core::ptr::slice_from_raw_parts_mut(p, n)) }
     }
 
     /// Stacks for CPUs `0..nr_cpus`, used pinned.

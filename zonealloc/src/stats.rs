@@ -543,12 +543,19 @@ impl<B: Backend> ZoneAllocator<B> {
     fn pagesets(&self, z: &Zone) -> Vec<PagesetInfo> {
         (0..z.pcp.len())
             .map(|cpu| {
-                let p = z.pcp_lock(cpu);
+                let p = z.pcp_lock_lists(cpu);
+                // Pinned stacks keep running: their blocks are read where they are.
+                let pinned = if z.stacks.mode() == crate::stacks::Mode::Pinned {
+                    crate::fast::stack_pages(z, cpu)
+                } else {
+                    0
+                };
                 PagesetInfo {
                     cpu,
-                    // The lists (the stacks moved onto them by the lock) and the
-                    // `LocalCache`s refilled from them.
-                    count: p.pcp.count + self.cached_pages_of(z, cpu),
+                    // The lists (the stacks moved onto them by the lock, or
+                    // pinned and read as they are) and the `LocalCache`s refilled
+                    // from them.
+                    count: p.pcp.count + pinned + self.cached_pages_of(z, cpu),
                     high: p.pcp.high,
                     batch: p.pcp.batch,
                     high_min: p.pcp.high_min,

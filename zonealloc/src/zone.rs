@@ -275,6 +275,9 @@ pub(crate) struct Zone {
     /// a stack linked through their `prev` links: the first one's index, `NIL`
     /// for none (see `defer_free`).
     pub deferred: AtomicU32,
+    /// Pages on `deferred`: free, outside the buddy lists until merged, counted
+    /// with the per-CPU lists' (`nr_pcp_pages`).
+    deferred_pages: AtomicU64,
 }
 
 /// Proof that the zone lock is held; gives access to the free lists.
@@ -341,7 +344,7 @@ impl Zone {
         };
         let frames = usize::try_from(spanned)
             .ok()
-            .and_then(|nr| FrameTable::build(start, nr, ZONE_LISTS, &present_ranges, src))
+            .and_then(|nr| FrameTable::build(id, start, nr, ZONE_LISTS, &present_ranges, src))
             .ok_or(no_memory)?;
         let lists = core::array::from_fn(|o| {
             core::array::from_fn(|mt| FreeList::new(&frames, o * MIGRATE_TYPES + mt))
@@ -453,6 +456,7 @@ impl Zone {
             flags: AtomicU8::new(0),
             pcp: (0..nr_cpus).map(|_| PcpSlot::new(1, 0, 0, irq)).collect(),
             deferred: AtomicU32::new(crate::frame::NIL),
+            deferred_pages: AtomicU64::new(0),
             stacks: crate::stacks::Stacks::none(),
             platform: irq,
         };
@@ -486,6 +490,17 @@ impl Zone {
         l
     }
 
+    /// Takes CPU `cpu`'s pcp lock for the zone, waiting for it, for a holder
+    /// that reads or retunes the lists and needs none of the stacks' blocks:
+    /// restartable sequences' stacks are stopped as by `pcp_lock` (it costs a
+    /// `membarrier`), pinned ones are left running (stopping them makes that CPU
+    /// pass a barrier, an interrupt in a kernel).
+    pub(crate) fn pcp_lock_lists(&self, cpu: usize) -> PcpLocked<'_> {
+        let mut l = self.pcp[cpu].lock(self, cpu);
+        l.stop_stacks(false);
+        l
+    }
+
     /// Takes the zone lock.
     #[inline]
     pub fn lock(&self) -> ZoneLocked<'_> {
@@ -510,6 +525,10 @@ impl Zone {
     /// while other frees push.
     pub(crate) fn defer_free(&self, idx: u32) {
         let t = self.frames.view();
+        // Relaxed: a count for readers, exact once the list is quiet; counted
+        // before the block is on the list so the merge never takes it below 0.
+        self.deferred_pages
+            .fetch_add(t.word(idx).order().nr_pages(), Ordering::Relaxed);
         // Relaxed: the compare-and-swap below orders it.
         let mut head = self.deferred.load(Ordering::Relaxed);
         loop {
@@ -526,6 +545,17 @@ impl Zone {
                 Err(h) => head = h,
             }
         }
+    }
+
+    /// Pages on the deferred list now.
+    #[inline]
+    pub(crate) fn deferred_pages(&self) -> u64 {
+        self.deferred_pages.load(Ordering::Relaxed)
+    }
+
+    /// Counts `nr` pages off the deferred list (merged by its taker).
+    pub(crate) fn undefer_pages(&self, nr: u64) {
+        self.deferred_pages.fetch_sub(nr, Ordering::Relaxed);
     }
 
     /// Whether frees wait on the deferred list (a hint: whoever acts takes the
