@@ -15,13 +15,22 @@
 //!
 //! // 64 MiB with a 16 MiB area from frame 8192.
 //! let za = ZoneAllocator::new(Config::with_bytes(64 << 20).with_cma("dma", Pfn(8192), 4096)).unwrap();
-//! // 1 MiB, aligned to 1 MiB.
-//! let run = za.cma_alloc(0, 256, Order(8)).unwrap();
+//! // 1 MiB, aligned to 1 MiB, from the area named "dma" (area 0).
+//! let dma = za.cma_area("dma").unwrap();
+//! let run = za.cma_alloc(dma, 256, Order(8)).unwrap();
 //! assert!(run.0 >= 8192 && run.0 + 256 <= 12288 && run.0 % 256 == 0);
 //! // The pages answer to `cma_release` alone.
 //! assert!(za.free_pages(run, Order(0)).is_err());
-//! za.cma_release(0, run, 256).unwrap();
+//! za.cma_release(dma, run, 256).unwrap();
 //! ```
+//!
+//! # Areas by name
+//! The calls take an area's index: its place in `Config::cma`, in the order
+//! `with_cma` added them. `cma_area(name)` finds an area's index by its name
+//! (names are unique: `Config::validate` refuses two areas of one name), once,
+//! at set-up or on each call (a comparison per area; no heap):
+//! `za.cma_alloc(za.cma_area("dma")?, count, align)?` in a function that returns
+//! `CmaError`.
 //!
 //! # Who may borrow (as Linux 6.x)
 //! * Only movable requests (`Gfp::MOVABLE`, Linux's `ALLOC_CMA`) take pages of
@@ -101,6 +110,8 @@ use crate::zone::Zone;
 pub enum CmaError {
     /// No area has this index.
     NoArea(usize),
+    /// `cma_area`: no area has this name.
+    NoAreaNamed,
     /// `count` is zero or larger than the area, the alignment is 64 or more, or
     /// (`cma_release`) the range is not inside the area.
     InvalidRequest,
@@ -134,6 +145,7 @@ impl core::fmt::Display for CmaError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             CmaError::NoArea(a) => write!(f, "no CMA area {a}"),
+            CmaError::NoAreaNamed => f.write_str("no CMA area of that name"),
             CmaError::InvalidRequest => f.write_str("invalid CMA request"),
             CmaError::Reentered => {
                 f.write_str("called from inside a migration callback of the area")
@@ -252,6 +264,42 @@ impl<B: Backend> ZoneAllocator<B> {
         self.cma.areas.len()
     }
 
+    /// The index of the area named `name` (its `Config::cma` entry, as
+    /// `with_cma` names it), for `cma_alloc`, `cma_release` and
+    /// `cma_area_info`. Names are unique (`Config::validate`), so an index found
+    /// once stays right for the allocator's life. Compares `name` with each
+    /// area's; calls no heap.
+    ///
+    /// # Errors
+    /// `NoAreaNamed` if no area has that name (names are compared exactly).
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{CmaError, Config, Order, Pfn, ZoneAllocator};
+    ///
+    /// let config = Config::with_bytes(64 << 20)
+    ///     .with_cma("dma", Pfn(8192), 2048)
+    ///     .with_cma("video", Pfn(10240), 2048);
+    /// let za = ZoneAllocator::new(config).unwrap();
+    /// assert_eq!(za.cma_area("video"), Ok(1));
+    /// assert_eq!(za.cma_area("Video"), Err(CmaError::NoAreaNamed));
+    ///
+    /// // By name, with `?` in a function that returns `CmaError`.
+    /// fn frame_buffer(za: &ZoneAllocator) -> Result<Pfn, CmaError> {
+    ///     za.cma_alloc(za.cma_area("video")?, 512, Order(9))
+    /// }
+    /// let fb = frame_buffer(&za).unwrap();
+    /// assert!(fb.0 >= 10240);
+    /// za.cma_release(za.cma_area("video").unwrap(), fb, 512).unwrap();
+    /// ```
+    pub fn cma_area(&self, name: &str) -> Result<usize, CmaError> {
+        self.cma
+            .areas
+            .iter()
+            .position(|a| a.name == name)
+            .ok_or(CmaError::NoAreaNamed)
+    }
+
     /// Area `area`'s figures, if it exists.
     pub fn cma_area_info(&self, area: usize) -> Option<CmaAreaInfo> {
         let a = self.cma.areas.get(area)?;
@@ -266,9 +314,9 @@ impl<B: Backend> ZoneAllocator<B> {
         })
     }
 
-    /// `cma_alloc()`: `count` contiguous frames of area `area`, the first a
-    /// multiple of `2^align`, emptied of the movable blocks borrowing them. See
-    /// the [module documentation](crate::cma).
+    /// `cma_alloc()`: `count` contiguous frames of area `area` (an index; by
+    /// name: `cma_area`), the first a multiple of `2^align`, emptied of the
+    /// movable blocks borrowing them. See the [module documentation](crate::cma).
     ///
     /// # Errors
     /// `NoArea`, `InvalidRequest`, `Reentered`, `NoSpace` with nothing changed;
@@ -383,7 +431,8 @@ impl<B: Backend> ZoneAllocator<B> {
     }
 
     /// `cma_release()`: gives back `[pfn, pfn + count)`, which `cma_alloc` of
-    /// area `area` handed out (whole or in part), to the area's free memory.
+    /// area `area` (an index; by name: `cma_area`) handed out (whole or in
+    /// part), to the area's free memory.
     ///
     /// # Errors
     /// `NoArea`; `InvalidRequest` for an empty range or one not inside the area;

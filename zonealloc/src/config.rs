@@ -96,7 +96,8 @@ impl ZoneConfig {
 /// borrowers out (see `cma`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CmaConfig {
-    /// The area's name, as `/sys/kernel/mm/cma/<name>` shows it.
+    /// The area's name, as `/sys/kernel/mm/cma/<name>` shows it, and as
+    /// `ZoneAllocator::cma_area` finds it; unique among the areas.
     pub name: String,
     /// First frame; a multiple of the pageblock size.
     pub base: Pfn,
@@ -138,7 +139,27 @@ pub struct Config {
     /// Group allocations by mobility (migratetypes). Even when `true`, Linux's rule
     /// disables grouping on zones too small for it.
     pub mobility_grouping: bool,
-    /// CPUs with per-CPU lists (default: the machine's, or 1 without `std`).
+    /// CPUs, not threads: how many sets of per-CPU lists the allocator keeps,
+    /// one per CPU id in `0..nr_cpus`. Default: the CPUs
+    /// this process may run on (`std::thread::available_parallelism`), or 1
+    /// without `std`.
+    ///
+    /// A call uses the lists of the CPU it runs on, not of its thread: the id
+    /// comes from `Config::platform`'s `cpu_id` if a platform is set, else from
+    /// the `cpu_id` hook, else from the operating system (the rseq area's
+    /// `cpu_id`, or `sched_getcpu()`, on Linux with `std`; 0 elsewhere), and is
+    /// taken modulo `nr_cpus`. Any number of threads may share an allocator:
+    /// threads that run on one CPU (or on CPUs whose ids meet modulo
+    /// `nr_cpus`) share that CPU's lists, which are taken with a try-lock, and
+    /// a call that finds them held by another thread goes to the zone's buddy
+    /// lists under the zone lock instead. More threads than `nr_cpus` (or a
+    /// smaller `nr_cpus` than the machine has CPUs) is therefore always
+    /// correct; it only costs contention on the shared lists and zone locks.
+    /// The per-CPU stacks are keyed by the real CPU id too (see
+    /// `ZoneAllocator::uses_cpu_stacks`). A `cpu_id` hook that returns each
+    /// thread a number of its own below `nr_cpus` instead gives each thread its
+    /// own lists, making `nr_cpus` a count of such numbers (the per-CPU stacks
+    /// are off with a hook).
     pub nr_cpus: usize,
     /// Per-CPU list tunables.
     pub pcp: PcpConfig,
@@ -240,12 +261,17 @@ impl Config {
         Config::single_zone(ZoneType::Normal, Pfn(0), bytes >> 12)
     }
 
-    /// Adds a contiguous memory area `name` of `nr_pages` frames at `base`.
+    /// Adds a contiguous memory area `name` of `nr_pages` frames at `base`. Its
+    /// index, for `cma_alloc` and the other CMA calls, is the number of areas
+    /// added before it; `ZoneAllocator::cma_area(name)` finds it. Two areas may
+    /// not share a name (`ConfigError::Cma`).
     ///
     /// ```
     /// use zonealloc::{Config, Pfn, ZoneAllocator};
     /// let za = ZoneAllocator::new(Config::with_bytes(64 << 20).with_cma("dma", Pfn(8192), 4096)).unwrap();
-    /// assert_eq!(za.cma_area_info(0).unwrap().count, 4096);
+    /// let dma = za.cma_area("dma").unwrap();
+    /// assert_eq!(dma, 0);
+    /// assert_eq!(za.cma_area_info(dma).unwrap().count, 4096);
     /// ```
     #[must_use]
     pub fn with_cma(mut self, name: &str, base: Pfn, nr_pages: u64) -> Config {
@@ -480,7 +506,8 @@ impl Config {
 
     /// Each CMA area: whole pageblocks inside one zone, clear of its holes and of
     /// the other areas (Linux's `cma_init_reserved_mem()` and
-    /// `cma_activate_area()` checks).
+    /// `cma_activate_area()` checks), and a name no earlier area has (the name
+    /// `cma_area` finds it by, as `/sys/kernel/mm/cma/<name>` is one directory).
     fn validate_cma(&self) -> Result<(), ConfigError> {
         let pb = self.pageblock_nr_pages();
         let mut spans: Vec<(u64, u64, usize)> = Vec::with_capacity(self.cma.len());
@@ -508,6 +535,9 @@ impl Config {
                 .any(|&(h, n)| h.0 < end && c.base.0 < h.0.saturating_add(n))
             {
                 return bad("overlaps a hole");
+            }
+            if self.cma[..area].iter().any(|o| o.name == c.name) {
+                return bad("has the name of an earlier area");
             }
             spans.push((c.base.0, end, area));
         }
@@ -575,7 +605,8 @@ pub enum ConfigError {
     /// A per-CPU list tunable outside its range (see `PcpConfig`).
     Pcp(&'static str, u64),
     /// A CMA area (`Config::cma[area]`) that is not whole pageblocks of one zone
-    /// clear of holes and of the other areas.
+    /// clear of holes and of the other areas, or that has the name of an earlier
+    /// area.
     Cma {
         /// Its index in `Config::cma`.
         area: usize,

@@ -389,11 +389,32 @@ impl<'a, B: Backend> PageFragCache<'a, B> {
 
 /// A fragment owned by a guard (`PageFragCache::alloc_frag`), freed when dropped.
 ///
-/// It hands out a pointer, not a slice: a fragment's free is a reference drop on
-/// its block, which `ZoneAllocator::page_frag_free` makes for any address of the
-/// block, so safe code elsewhere could free the block under a slice. Reading and
-/// writing the `len` bytes at `as_ptr` is the owner's `unsafe` business, as with
-/// `alloc`.
+/// It hands out a pointer, not a slice. Reading and writing the `len` bytes at
+/// `as_ptr` is the owner's `unsafe` business, as with `alloc`: sound while no one
+/// but the guard frees the fragment.
+///
+/// # Why there is no safe slice accessor
+///
+/// The guard holds one reference on its block, but nothing records which
+/// reference is whose: the fragments of a block are only its reference count
+/// (less the cache's bias), and `ZoneAllocator::page_frag_free` is a safe call
+/// that drops one reference of whatever block an address falls in. So safe code
+/// can take the guard's reference while the guard lives:
+/// `za.page_frag_free(frag.as_ptr().as_ptr())`, or a second free of a
+/// neighbouring fragment's address. The check against a fragment freed once too
+/// often refuses a free only when no fragment of the block is left out, so it
+/// does not catch these. The block's count then reaches the cache's bias and the
+/// cache recycles the block, carving the same bytes into new fragments; or, once
+/// the cache has let the block go, the last free gives it back to the
+/// allocator, which hands it out again (to a `PageBlock`, whose `bytes_mut` is
+/// safe, say). A `&mut [u8]` borrowed from the guard would then alias memory
+/// another owner writes, with no `unsafe` in sight. A safe slice would need the
+/// guard's reference to be one no free by address can take (a mark per fragment,
+/// as `FLAG_GUARDED` marks a `PageBlock`'s head, or an `unsafe` `page_frag_free`);
+/// the one count per block (Linux's design, and what keeps a carve free of
+/// atomics) has no room for it. For memory safe code writes, use a `PageBlock`
+/// (`ZoneAllocator::alloc_block`, `bytes_mut`) or an `OwnedVmArea`
+/// (`VmallocSpace::vmalloc_owned`, `bytes_mut`).
 pub struct Fragment<'a, B: Backend> {
     za: &'a ZoneAllocator<B>,
     ptr: NonNull<u8>,

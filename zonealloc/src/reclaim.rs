@@ -151,9 +151,82 @@ impl<B: Backend> ZoneAllocator<B> {
     /// `register_shrinker()`: from now on reclaim asks `s` for memory, as `cfg`
     /// says. Returns its id, for `unregister_shrinker`. A set-up call: it
     /// allocates the shrinker's entry on the heap (a reclaim pass never does).
+    ///
+    /// # The shrinker must be `'static`
+    ///
+    /// `s` is an `Arc<dyn Shrinker + 'static>` (what `Arc<dyn Shrinker>` means):
+    /// the allocator keeps it after the call returns, and calls it from any
+    /// thread that reclaims (an allocation's direct reclaim, kswapd) until
+    /// `unregister_shrinker`, and even after that until a pass under way ends.
+    /// Nothing ties that to a borrow, so the shrinker may hold no reference
+    /// with a shorter life. In particular it cannot hold `&ZoneAllocator`: the
+    /// allocator would keep a borrow of itself, and the compiler refuses it
+    /// with E0597 (`za` does not live long enough: it would have to be borrowed
+    /// for `'static`):
+    ///
+    /// ```compile_fail,E0597
+    /// use std::sync::Arc;
+    /// use zonealloc::reclaim::{ShrinkControl, Shrinker, ShrinkerConfig};
+    /// use zonealloc::{Config, ZoneAllocator};
+    ///
+    /// struct Borrowing<'a> {
+    ///     za: &'a ZoneAllocator,
+    /// }
+    /// impl Shrinker for Borrowing<'_> {
+    ///     fn count(&self, _: &ShrinkControl) -> u64 {
+    ///         self.za.nr_free_pages()
+    ///     }
+    ///     fn scan(&self, _: &ShrinkControl) -> Option<u64> {
+    ///         None
+    ///     }
+    /// }
+    ///
+    /// let za = ZoneAllocator::new(Config::with_bytes(16 << 20)).unwrap();
+    /// za.register_shrinker(Arc::new(Borrowing { za: &za }), ShrinkerConfig::default());
+    /// ```
+    ///
+    /// What works: the shrinker owns what it needs. It holds the data it frees
+    /// (behind its own `Arc`, shared with the code that fills it) and reaches
+    /// the allocator through an `Arc<ZoneAllocator>` or, to keep no cycle
+    /// between the two (an `Arc` one is broken only by `unregister_shrinker`),
+    /// a `Weak` it upgrades in `scan`:
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex, Weak};
+    /// use zonealloc::reclaim::{ShrinkControl, Shrinker, ShrinkerConfig};
+    /// use zonealloc::{Config, Gfp, Order, Pfn, ZoneAllocator};
+    ///
+    /// struct Pool {
+    ///     za: Weak<ZoneAllocator>,
+    ///     cached: Mutex<Vec<Pfn>>,
+    /// }
+    /// impl Shrinker for Pool {
+    ///     fn count(&self, _: &ShrinkControl) -> u64 {
+    ///         self.cached.lock().unwrap().len() as u64
+    ///     }
+    ///     fn scan(&self, sc: &ShrinkControl) -> Option<u64> {
+    ///         let za = self.za.upgrade()?; // gone: nothing to give back to
+    ///         let mut c = self.cached.lock().unwrap();
+    ///         let n = (sc.nr_to_scan as usize).min(c.len());
+    ///         for p in c.drain(..n) {
+    ///             za.free_pages(p, Order(0)).unwrap();
+    ///         }
+    ///         Some(n as u64)
+    ///     }
+    /// }
+    ///
+    /// let za = Arc::new(ZoneAllocator::new(Config::with_bytes(16 << 20)).unwrap());
+    /// let pool = Arc::new(Pool { za: Arc::downgrade(&za), cached: Mutex::new(Vec::new()) });
+    /// let id = za.register_shrinker(pool.clone(), ShrinkerConfig::default());
+    /// pool.cached.lock().unwrap().push(za.alloc_pages(Gfp::KERNEL, Order(0)).unwrap());
+    /// za.unregister_shrinker(id).unwrap();
+    /// ```
+    ///
+    /// An allocator that is itself a `static` (a kernel's) may be held as
+    /// `&'static ZoneAllocator`.
     pub fn register_shrinker(
         &self,
-        s: alloc::sync::Arc<dyn Shrinker>,
+        s: alloc::sync::Arc<dyn Shrinker + 'static>,
         cfg: ShrinkerConfig,
     ) -> ShrinkerId {
         self.reclaim.shrinkers.register(s, cfg)

@@ -198,6 +198,14 @@ pub enum AreaKind {
 ///
 /// Cheap to clone (the page array is shared). It describes the area; it does not
 /// own it: the area lives until `vfree`/`vunmap` of its address.
+///
+/// So it gives out a pointer (`as_ptr`), not a slice: any clone of it, and any
+/// code that learns the address, may `vfree` the area, after which its frames go
+/// back to the allocator and are handed out again, so no borrow of the bytes can
+/// be tied to a `VmArea`. For safe reads and writes, allocate the area owned:
+/// `VmallocSpace::vmalloc_owned` returns an `OwnedVmArea`, whose area `vfree`
+/// refuses while the guard lives, and which hands out the bytes as slices
+/// (`OwnedVmArea::bytes`, `bytes_mut`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VmArea {
     addr: usize,
@@ -210,6 +218,17 @@ pub struct VmArea {
 
 /// A `vmalloc` area owned by a guard (`VmallocSpace::vmalloc_owned`): it derefs
 /// to the area's `VmArea` and frees the area when dropped.
+///
+/// The guard is the area's only owner: while it lives, `vfree` of the area's
+/// address is refused (`VmallocError::Owned`), `vunmap` and `vm_unmap_ram`
+/// refuse a `vmalloc` area (`WrongKind`), and the area's frames answer to
+/// `vfree` alone (the raw API, caches and guards refuse them). The space
+/// outlives the guard, which borrows it. So on a mapped space
+/// (`VmallocSpace::new_mapped`) the guard hands out the area's bytes as slices,
+/// `bytes` to `&self` and `bytes_mut` to `&mut self`, with no `unsafe`; other
+/// pointers to the same memory (`as_ptr`, `page_address` of its frames, a
+/// `vmap` of them) can only be dereferenced by `unsafe` code, whose contract
+/// forbids reaching an area another owner holds.
 pub struct OwnedVmArea<'v, 'a, B: Backend> {
     space: &'v VmallocSpace<'a, B>,
     /// `Some` until `into_area` or the drop takes it.
@@ -217,9 +236,71 @@ pub struct OwnedVmArea<'v, 'a, B: Backend> {
 }
 
 impl<B: Backend> OwnedVmArea<'_, '_, B> {
-    /// Gives up the guard without freeing: the area is the caller's to `vfree`.
+    /// Gives up the guard without freeing: the area is the caller's to `vfree`,
+    /// which accepts its address again.
     pub fn into_area(mut self) -> VmArea {
-        self.area.take().expect(HELD)
+        let a = self.area.take().expect(HELD);
+        self.space.disown(a.addr());
+        a
+    }
+
+    /// The area's `size_bytes()` bytes, if the space maps its areas (`None` on a
+    /// space that hands out addresses only, where `is_mapped` is `false`).
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{Config, VmallocConfig, VmallocSpace, ZoneAllocator};
+    /// let za = ZoneAllocator::new(Config::with_bytes(16 << 20)).unwrap();
+    /// let vm = VmallocSpace::new(&za, VmallocConfig::default()).unwrap();
+    /// let area = vm.vmalloc_owned(4096).unwrap();
+    /// assert!(area.bytes().is_none()); // abstract frames: nothing to read
+    /// ```
+    #[allow(unsafe_code)]
+    pub fn bytes(&self) -> Option<&[u8]> {
+        let (p, len) = self.memory()?;
+        // SAFETY: as in `bytes_mut`; `&self` makes the borrow shared, and no
+        // `&mut` borrow of the guard can exist beside it.
+        Some(unsafe { core::slice::from_raw_parts(p.as_ptr(), len) })
+    }
+
+    /// The area's bytes, writable, if the space maps its areas (see `bytes`).
+    ///
+    /// # Examples
+    /// ```
+    /// use zonealloc::{ArenaOptions, Config, VmallocConfig, VmallocSpace, ZoneAllocator};
+    /// let opts = ArenaOptions { memfd: true, ..Default::default() };
+    /// let za = ZoneAllocator::with_arena(Config::with_bytes(16 << 20), opts).unwrap();
+    /// let vm = VmallocSpace::new_mapped(&za, VmallocConfig::default()).unwrap();
+    /// let mut area = vm.vmalloc_owned(3 * 4096).unwrap();
+    /// let bytes = area.bytes_mut().unwrap(); // 12 KiB, no unsafe
+    /// bytes.fill(0);
+    /// bytes[4096..4100].copy_from_slice(b"page");
+    /// assert_eq!(&area.bytes().unwrap()[4096..4100], b"page");
+    /// // While the guard lives, the area cannot be freed by its address.
+    /// assert!(vm.vfree(area.addr()).is_err());
+    /// drop(area); // frees it
+    /// ```
+    #[allow(unsafe_code)]
+    pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        let (p, len) = self.memory()?;
+        // SAFETY: the area is mapped: `map_pages` mapped its frames, read and
+        // write, at `addr .. addr + size_bytes` (whole pages, one per entry of
+        // its page array) before the area was published, and only its removal
+        // from the busy map unmaps them. That removal is `vfree`'s, which
+        // refuses a guarded area to every caller but this guard's drop
+        // (`vunmap` and `vm_unmap_ram` refuse a `vmalloc` area), and the space
+        // cannot be dropped before the guard, which borrows it. The frames carry
+        // `FLAG_VMALLOC`, so nothing but that `vfree` frees them or hands them to
+        // another owner. Other pointers to these bytes can only be read or
+        // written through in `unsafe` code, which may not touch memory another
+        // owner holds; `&mut self` makes this borrow exclusive among safe ones.
+        Some(unsafe { core::slice::from_raw_parts_mut(p.as_ptr(), len) })
+    }
+
+    /// The area's first byte and its size, if it is mapped.
+    fn memory(&self) -> Option<(NonNull<u8>, usize)> {
+        let a = self.area.as_ref().expect(HELD);
+        Some((a.as_ptr()?, a.size_bytes))
     }
 }
 
@@ -239,8 +320,13 @@ impl<B: Backend> Drop for OwnedVmArea<'_, '_, B> {
     fn drop(&mut self) {
         if let Some(a) = self.area.take() {
             // The area's pages answer to vmalloc alone, so the free cannot be
-            // refused for them; a drop has no one to report to in any case.
-            let _ = self.space.vfree(a.addr());
+            // refused for them; a drop has no one to report to in any case. If
+            // the OS refused to unmap it, the area stays live: it is left to
+            // `vfree` by address, which may try again.
+            if let Err(VmallocError::MapFailed { .. }) = self.space.vfree_by(a.addr(), Owner::Guard)
+            {
+                self.space.disown(a.addr());
+            }
         }
     }
 }
@@ -328,6 +414,9 @@ pub enum VmallocError {
     /// No live area of the right family starts at this address (never allocated,
     /// already freed, not the first address, or outside the space).
     UnknownAddress(usize),
+    /// `vfree` of an area an `OwnedVmArea` guard owns: the guard frees it when
+    /// dropped, or hands it over with `into_area`.
+    Owned(usize),
     /// The area at this address is of another kind (e.g. `vfree` of a `vmap`).
     WrongKind {
         /// The address.
@@ -385,6 +474,7 @@ impl fmt::Display for VmallocError {
                 write!(f, "out of memory building an array of {nr_pages} pages")
             }
             VmallocError::UnknownAddress(a) => write!(f, "no live area at {a:#x}"),
+            VmallocError::Owned(a) => write!(f, "the area at {a:#x} is owned by a guard"),
             VmallocError::WrongKind { addr, kind } => {
                 write!(f, "the area at {addr:#x} is a {kind:?} area")
             }
@@ -440,6 +530,18 @@ struct Busy {
     /// Pages of address space taken from the tree, guard included.
     nr_vpn: u64,
     area: VmArea,
+    /// An `OwnedVmArea` owns the area: only its drop may take it out.
+    owned: bool,
+}
+
+/// Who asks to take a busy area out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// A call by address (`vfree`, `vunmap`, `vm_unmap_ram`), refused for an
+    /// owned area.
+    Anyone,
+    /// The area's `OwnedVmArea`, dropped.
+    Guard,
 }
 
 /// Everything behind the KVA lock.
@@ -519,6 +621,12 @@ impl BusyMap {
     /// The record of the area at `vpn`.
     fn get(&self, vpn: &u64) -> Option<&Busy> {
         self.index.get(vpn).map(|&i| self.slot(i))
+    }
+
+    /// The record of the area at `vpn`, to change.
+    fn get_mut(&mut self, vpn: &u64) -> Option<&mut Busy> {
+        let &i = self.index.get(vpn)?;
+        self.slots[i as usize].as_mut()
     }
 
     /// The area with the highest first page at or below `vpn`.
@@ -833,11 +941,13 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// vm.vfree(area.addr()).unwrap();
     /// ```
     pub fn vmalloc(&self, size: usize) -> Result<VmArea, VmallocError> {
-        self.vmalloc_node_range(size, 1, self.cfg.gfp, false)
+        self.vmalloc_node_range(size, 1, self.cfg.gfp, false, Owner::Anyone)
     }
 
     /// As `vmalloc`, the area owned by the returned guard, which frees it
-    /// (`vfree`) when dropped.
+    /// (`vfree`) when dropped. Until then `vfree` of its address is refused
+    /// (`VmallocError::Owned`), and on a mapped space the guard gives out the
+    /// area's bytes as slices (`OwnedVmArea::bytes_mut`).
     ///
     /// # Errors
     /// As `vmalloc`.
@@ -855,9 +965,10 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// assert_eq!(vm.vfree(addr), Err(VmallocError::UnknownAddress(addr)));
     /// ```
     pub fn vmalloc_owned(&self, size: usize) -> Result<OwnedVmArea<'_, 'a, B>, VmallocError> {
+        let area = self.vmalloc_node_range(size, 1, self.cfg.gfp, false, Owner::Guard)?;
         Ok(OwnedVmArea {
             space: self,
-            area: Some(self.vmalloc(size)?),
+            area: Some(area),
         })
     }
 
@@ -879,7 +990,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// vm.vfree(area.addr()).unwrap();
     /// ```
     pub fn vzalloc(&self, size: usize) -> Result<VmArea, VmallocError> {
-        self.vmalloc_node_range(size, 1, self.cfg.gfp | Gfp::ZERO, false)
+        self.vmalloc_node_range(size, 1, self.cfg.gfp | Gfp::ZERO, false, Owner::Anyone)
     }
 
     /// `vmalloc_huge()`: as `vmalloc`, preferring pageblock-order pages (huge pages)
@@ -902,7 +1013,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// vm.vfree(area.addr()).unwrap();
     /// ```
     pub fn vmalloc_huge(&self, size: usize) -> Result<VmArea, VmallocError> {
-        self.vmalloc_node_range(size, 1, self.cfg.gfp, true)
+        self.vmalloc_node_range(size, 1, self.cfg.gfp, true, Owner::Anyone)
     }
 
     /// `__vmalloc_node(size, align, ..)`: as `vmalloc`, the address aligned to
@@ -924,7 +1035,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// vm.vfree(b.addr()).unwrap();
     /// ```
     pub fn vmalloc_align(&self, size: usize, align: usize) -> Result<VmArea, VmallocError> {
-        self.vmalloc_node_range(size, align, self.cfg.gfp, false)
+        self.vmalloc_node_range(size, align, self.cfg.gfp, false, Owner::Anyone)
     }
 
     /// `vfree()`: unmaps the `vmalloc` area starting at `addr`, gives its pages back
@@ -933,7 +1044,8 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// # Errors
     /// `UnknownAddress` if no live area starts at `addr` (a second `vfree`, an
     /// address inside an area, a stranger); `WrongKind` for a `vmap` or
-    /// `vm_map_ram` area; nothing changes then. `MapFailed` if unmapping failed
+    /// `vm_map_ram` area; `Owned` for an area an `OwnedVmArea` owns; nothing
+    /// changes then. `MapFailed` if unmapping failed
     /// (the area stays live). `PageFree` if some frame of the area was not the
     /// area's any more (the area is gone, every frame still owned freed); the
     /// public API cannot bring that about, since every raw path refuses an area's
@@ -949,7 +1061,12 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
     /// assert_eq!(vm.vfree(area.addr()), Err(VmallocError::UnknownAddress(area.addr())));
     /// ```
     pub fn vfree(&self, addr: usize) -> Result<(), VmallocError> {
-        let (vpn, busy) = self.take_busy(addr, AreaKind::Vmalloc, None)?;
+        self.vfree_by(addr, Owner::Anyone)
+    }
+
+    /// `vfree` by `who`: only the guard of an owned area frees it.
+    fn vfree_by(&self, addr: usize, who: Owner) -> Result<(), VmallocError> {
+        let (vpn, busy) = self.take_busy(addr, AreaKind::Vmalloc, None, who)?;
         self.unmap_or_restore(vpn, &busy)?;
         let freed = self.free_page_array(&busy.area.pages);
         self.release_taken(vpn, &busy);
@@ -963,6 +1080,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
         align: usize,
         gfp: Gfp,
         huge: bool,
+        owner: Owner,
     ) -> Result<VmArea, VmallocError> {
         if size == 0 {
             return Err(VmallocError::ZeroSize);
@@ -980,7 +1098,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
             let pb_nr = pb.nr_pages();
             if nr_pages >= pb_nr {
                 let nr_huge = nr_pages.next_multiple_of(pb_nr);
-                match self.vmalloc_pages(nr_huge, align_pages.max(pb_nr), gfp, pb) {
+                match self.vmalloc_pages(nr_huge, align_pages.max(pb_nr), gfp, pb, owner) {
                     Ok(area) => return Ok(area),
                     // Linux's `fail:` label: retry with small pages.
                     Err(VmallocError::NoMemory { .. } | VmallocError::NoVirtualSpace { .. }) => {}
@@ -988,7 +1106,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
                 }
             }
         }
-        self.vmalloc_pages(nr_pages, align_pages, gfp, Order(0))
+        self.vmalloc_pages(nr_pages, align_pages, gfp, Order(0), owner)
     }
 
     /// KVA, page array, mapping, then publication in the busy map.
@@ -998,7 +1116,9 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
         align_pages: u64,
         gfp: Gfp,
         page_order: Order,
+        owner: Owner,
     ) -> Result<VmArea, VmallocError> {
+        let owned = owner == Owner::Guard;
         let nr_vpn = nr_pages + u64::from(self.cfg.guard_pages);
         // Nothing to map, and room for the area by the last hold's count: the
         // pages first, then the address range and the busy entry in one hold of
@@ -1010,7 +1130,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
             let mut kva = self.kva();
             if let Some(vpn) = kva.free.alloc(nr_vpn, align_pages) {
                 let kind = AreaKind::Vmalloc;
-                return Ok(self.insert_busy(&mut kva, vpn, nr_vpn, pages, kind, page_order));
+                return Ok(self.insert_busy(&mut kva, vpn, nr_vpn, pages, kind, page_order, owned));
             }
             drop(kva);
             // As below: every page that is still ours goes back.
@@ -1032,7 +1152,7 @@ impl<'a, B: Backend> VmallocSpace<'a, B> {
             self.kva_release(vpn, nr_vpn);
             return Err(e);
         }
-        Ok(self.publish(vpn, nr_vpn, pages, AreaKind::Vmalloc, page_order))
+        Ok(self.publish(vpn, nr_vpn, pages, AreaKind::Vmalloc, page_order, owned))
     }
 
     /// `vm_area_alloc_pages()`: `nr` order-0 page entries, from high-order blocks
@@ -1223,7 +1343,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
             self.kva_release(vpn, nr_vpn);
             return Err(e);
         }
-        Ok(self.publish(vpn, nr_vpn, pages.into(), AreaKind::Vmap, Order(0)))
+        Ok(self.publish(vpn, nr_vpn, pages.into(), AreaKind::Vmap, Order(0), false))
     }
 
     /// `vunmap()`: removes the `vmap` mapping starting at `addr`; the frames are
@@ -1244,7 +1364,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
     /// vm.vfree(v.addr()).unwrap();
     /// ```
     pub fn vunmap(&self, addr: usize) -> Result<(), VmallocError> {
-        let (vpn, busy) = self.take_busy(addr, AreaKind::Vmap, None)?;
+        let (vpn, busy) = self.take_busy(addr, AreaKind::Vmap, None, Owner::Anyone)?;
         self.unmap_or_restore(vpn, &busy)?;
         self.release_taken(vpn, &busy);
         Ok(())
@@ -1304,7 +1424,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
                 self.kva_release(vpn, nr);
                 return Err(e);
             }
-            let area = self.publish(vpn, nr, pages.into(), AreaKind::VmMapRam, Order(0));
+            let area = self.publish(vpn, nr, pages.into(), AreaKind::VmMapRam, Order(0), false);
             return Ok(area.addr);
         }
         let (block, off) = self.vb_alloc(count as u64)?;
@@ -1341,7 +1461,8 @@ impl<B: Backend> VmallocSpace<'_, B> {
             return Err(VmallocError::ZeroSize);
         }
         if count > VMAP_MAX_ALLOC {
-            let (vpn, busy) = self.take_busy(addr, AreaKind::VmMapRam, Some(count))?;
+            let (vpn, busy) =
+                self.take_busy(addr, AreaKind::VmMapRam, Some(count), Owner::Anyone)?;
             self.unmap_or_restore(vpn, &busy)?;
             self.release_taken(vpn, &busy);
             return Ok(());
@@ -1458,6 +1579,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
             Arc::new([]),
             AreaKind::VmapBlock,
             Order(0),
+            false,
         );
         self.blocks.lock().insert(vpn, block.clone());
         *slot = Some(block.clone());
@@ -1770,7 +1892,8 @@ impl<B: Backend> VmallocSpace<'_, B> {
         debug_assert!(r.is_ok(), "{r:?}");
     }
 
-    /// Records a busy area and returns its handle.
+    /// Records a busy area (owned by an `OwnedVmArea` if `owned`) and returns
+    /// its handle.
     fn publish(
         &self,
         vpn: u64,
@@ -1778,11 +1901,13 @@ impl<B: Backend> VmallocSpace<'_, B> {
         pages: Arc<[Pfn]>,
         kind: AreaKind,
         page_order: Order,
+        owned: bool,
     ) -> VmArea {
-        self.insert_busy(&mut self.kva(), vpn, nr_vpn, pages, kind, page_order)
+        self.insert_busy(&mut self.kva(), vpn, nr_vpn, pages, kind, page_order, owned)
     }
 
     /// `publish` with the KVA lock held already.
+    #[allow(clippy::too_many_arguments)]
     fn insert_busy(
         &self,
         kva: &mut KvaGuard<'_>,
@@ -1791,6 +1916,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
         pages: Arc<[Pfn]>,
         kind: AreaKind,
         page_order: Order,
+        owned: bool,
     ) -> VmArea {
         let nr_bytes = if kind == AreaKind::VmapBlock {
             nr_vpn as usize
@@ -1813,6 +1939,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
             Busy {
                 nr_vpn,
                 area: area.clone(),
+                owned,
             },
         );
         debug_assert!(old.is_none());
@@ -1829,7 +1956,8 @@ impl<B: Backend> VmallocSpace<'_, B> {
     }
 
     /// Takes the busy area of `kind` starting at `addr` out of the busy map (with
-    /// `count` pages, if given), or explains why not, changing nothing. An area
+    /// `count` pages, if given; an owned area only for its guard), or explains
+    /// why not, changing nothing. An area
     /// with no mapping gives its address range back in the same lock hold (there
     /// is nothing to unmap first); a mapped one keeps it until `release_taken`,
     /// after the unmapping.
@@ -1838,6 +1966,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
         addr: usize,
         kind: AreaKind,
         count: Option<usize>,
+        who: Owner,
     ) -> Result<(u64, Busy), VmallocError> {
         let vpn = self
             .addr_to_vpn(addr)
@@ -1850,6 +1979,9 @@ impl<B: Backend> VmallocSpace<'_, B> {
                     addr,
                     kind: b.area.kind,
                 });
+            }
+            if b.owned && who != Owner::Guard {
+                return Err(VmallocError::Owned(addr));
             }
             match count {
                 Some(given) if b.area.pages.len() != given => Err(VmallocError::WrongCount {
@@ -1871,6 +2003,15 @@ impl<B: Backend> VmallocSpace<'_, B> {
             self.add_vmalloc_pages(&guard, -(b.area.pages.len() as i64));
         }
         Ok((vpn, b))
+    }
+
+    /// The area at `addr` is no longer owned by a guard (`OwnedVmArea::into_area`).
+    fn disown(&self, addr: usize) {
+        let b = self
+            .addr_to_vpn(addr)
+            .and_then(|vpn| self.kva().busy.get_mut(&vpn).map(|b| b.owned = false));
+        // The guard held the area, so it is live and only the guard changes it.
+        debug_assert!(b.is_some(), "an owned area at {addr:#x} is live");
     }
 
     /// The address range of an area `take_busy` took, back to the free tree once
@@ -1895,6 +2036,7 @@ impl<B: Backend> VmallocSpace<'_, B> {
                 Busy {
                     nr_vpn: busy.nr_vpn,
                     area: busy.area.clone(),
+                    owned: busy.owned,
                 },
             );
             return Err(e);
