@@ -256,6 +256,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "writes a sysfs-shaped tree of files")]
     fn a_two_socket_host_gives_its_topology_to_the_config() {
         let dir = std::env::temp_dir().join(std::format!("zonealloc-numa-{}", std::process::id()));
         for (n, cpus, dist) in [(0, "0-1,4-5", "10 21"), (1, "2-3,6-7", "21 10")] {
@@ -276,6 +277,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "reads sysfs, maps and binds memory")]
     fn this_host_reads_and_binds_node_zero() {
         let Ok(t) = HostTopology::read() else {
             return;

@@ -21,6 +21,16 @@
 //!    so the bursts get scattered pages whose buddies are in use: the buddy check on
 //!    every flushed page is a cache miss, the case seed (c) says prefetching is for).
 //!    As in seed (c), these threads are pinned, one per CPU.
+//! 4. **Pinned hot pair: a kernel's path.** The hot pair on an allocator whose
+//!    `Platform` can stop another CPU's stacks (`LinuxThreads`, standing in for a
+//!    kernel: a thread pinned alone to a CPU is "preemption off"), on a thread
+//!    that claimed its CPU (`LinuxThreads::pin`): `alloc_pages`/`free_pages`,
+//!    which on such a platform take the per-CPU lists under the platform's lock
+//!    (a kernel's path without the pinned stacks), against
+//!    `alloc_pages_pinned`/`free_pages_pinned` (no lock, no atomic
+//!    read-modify-write but the free's compare-and-swap). The restartable
+//!    sequences' stacks (no platform) run beside them for reference. Target:
+//!    ≤ 20 ns per pinned pair.
 //!
 //! Every thread calls `alloc_pages` / `free_pages`, which find the CPU the thread is
 //! running on (rseq area or `sched_getcpu()`), as a user's threads would; threads are
@@ -31,9 +41,9 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use zonealloc::{Config, Gfp, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
+use zonealloc::{Config, Gfp, LinuxThreads, Order, PcpConfig, Pfn, ZoneAllocator, ZoneType};
 
-use super::seed_util::{pinning_text, plural, Rng};
+use super::seed_util::{first_cpu, pinning_text, plural, Rng};
 use super::{Experiment, ExperimentResult, Point, Scaling, Series, Target};
 use crate::affinity;
 use crate::harness::{
@@ -55,6 +65,7 @@ const FLUSH_THREADS: [usize; 2] = [1, 2];
 /// Targets (issue: per-CPU lists).
 const HOT_PAIR_TARGET_NS: f64 = 20.0;
 const TWO_THREAD_SCALING_TARGET: f64 = 1.8;
+const PINNED_PAIR_TARGET_NS: f64 = 20.0;
 
 impl Experiment for Pcp {
     fn name(&self) -> &'static str {
@@ -71,6 +82,7 @@ impl Experiment for Pcp {
         hot_pair(ctx, &mut res);
         throughput(ctx, &mut res);
         flush(ctx, &mut res);
+        pinned_pair(ctx, &mut res);
         res
     }
 }
@@ -522,4 +534,124 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
             );
         }
     }
+}
+
+// -----------------------------------------------------------------------------
+// 4. Pinned hot pair
+// -----------------------------------------------------------------------------
+
+/// The platform of the pinned runs: threads that claim their CPU.
+static THREADS: LinuxThreads = LinuxThreads;
+
+/// How a pinned-run variant allocates and frees.
+#[derive(Clone, Copy)]
+enum PinnedHow {
+    /// `alloc_pages`/`free_pages` on the platform's allocator: its per-CPU lists.
+    Lists,
+    /// `alloc_pages_pinned`/`free_pages_pinned` with the claimed CPU's token.
+    Pinned,
+    /// `alloc_pages`/`free_pages` on an allocator with no platform: the
+    /// restartable sequences' stacks.
+    Rseq,
+}
+
+/// ns per order-0 pair, `n` pairs, on a thread that claimed CPU `cpu` (spawned
+/// for the run, so that no claim outlives it).
+fn pinned_pairs(za: &ZoneAllocator, how: PinnedHow, cpu: usize, n: u64) -> f64 {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let pin = LinuxThreads::pin(cpu).expect("the CPU was claimable when the run began");
+            let t = Instant::now();
+            for _ in 0..n {
+                let pfn = match how {
+                    PinnedHow::Pinned => za.alloc_pages_pinned(pin.token(), Gfp::KERNEL, Order(0)),
+                    PinnedHow::Lists | PinnedHow::Rseq => za.alloc_pages(Gfp::KERNEL, Order(0)),
+                }
+                .expect("the zone is nearly empty");
+                match how {
+                    PinnedHow::Pinned => {
+                        za.free_pages_pinned(pin.token(), black_box(pfn), Order(0))
+                    }
+                    PinnedHow::Lists | PinnedHow::Rseq => za.free_pages(black_box(pfn), Order(0)),
+                }
+                .expect("freeing the page just allocated");
+            }
+            secs_since(t) * 1e9 / n as f64
+        })
+        .join()
+        .expect("benchmark thread")
+    })
+}
+
+fn pinned_pair(ctx: &mut Ctx, res: &mut ExperimentResult) {
+    let n: u64 = ctx.scale(1_000_000, 5_000_000);
+    let platform = ZoneAllocator::new(Config {
+        platform: Some(&THREADS),
+        ..config(SMALL_ZONE_PAGES, PcpConfig::default())
+    })
+    .expect("a single-zone configuration is valid");
+    let Some(cpu) = first_cpu() else {
+        res.notes
+            .push("pinned pair: skipped (this process's CPUs are unknown)".to_owned());
+        return;
+    };
+    // Claimed on a thread of its own: a claim pins the thread that makes it.
+    let claimable = std::thread::scope(|s| {
+        s.spawn(|| LinuxThreads::pin(cpu).is_ok())
+            .join()
+            .unwrap_or(false)
+    });
+    if !platform.pinned_available() || !claimable {
+        res.notes.push(format!(
+            "pinned pair: skipped (no pinned stacks here: membarrier refused, or CPU {cpu} \
+             cannot be claimed)"
+        ));
+        return;
+    }
+    let rseq = allocator(SMALL_ZONE_PAGES, PcpConfig::default());
+    res.param(
+        "pinned pair: pairs per run, thread",
+        format!("{n}, claims CPU {cpu}"),
+    );
+    let mut variants = vec![
+        Variant::new("per-CPU lists (platform lock)", || {
+            pinned_pairs(&platform, PinnedHow::Lists, cpu, n)
+        }),
+        Variant::new("pinned stacks", || {
+            pinned_pairs(&platform, PinnedHow::Pinned, cpu, n)
+        }),
+    ];
+    let with_rseq = rseq.uses_cpu_stacks();
+    if with_rseq {
+        variants.push(Variant::new("rseq stacks (no platform)", || {
+            pinned_pairs(&rseq, PinnedHow::Rseq, cpu, n)
+        }));
+    }
+    let s = ctx.compare("pinned hot order-0 pair", &mut variants);
+    drop(variants);
+    let mut rows = vec![
+        ("per-CPU lists (platform lock)", &s[0]),
+        ("pinned stacks", &s[1]),
+    ];
+    if with_rseq {
+        rows.push(("rseq stacks (no platform)", &s[2]));
+    }
+    let table = Table::new(
+        "pinned-pair",
+        "pinned pair: ns per order-0 alloc+free pair on a thread that claimed its CPU, \
+         1 GiB zone, a platform that can stop another CPU's stacks",
+        Metric::lower("ns per order-0 alloc+free pair", "ns"),
+        &rows,
+    )
+    .labelled("pinned order-0 pair: pinned stacks vs the platform's per-CPU lists");
+    res.targets.push(
+        Target::at_most(
+            "pinned order-0 pair, alloc_pages_pinned (median)",
+            s[1].median(),
+            PINNED_PAIR_TARGET_NS,
+            "ns",
+        )
+        .on_table("pinned-pair"),
+    );
+    res.tables.push(table);
 }
