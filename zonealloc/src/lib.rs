@@ -52,13 +52,13 @@
 //! | contiguous and bulk | `free_contig_range`, `free_pages_bulk`, `alloc_pages_bulk`, `alloc_contig_range`, `alloc_contig_pages` | [`contig`] |
 //! | compaction | `set_migrator` (a `Migrate` owner), `compact_zone`, `compact_node`, `proactive_compact_node`, `fragmentation_score`, `set_extfrag_threshold`, `set_compaction_proactiveness`, `compaction_stats` | [`compaction`], [`migrate`], [`Migrate`] |
 //! | fragments | `PageFragCache::alloc`, `drain`, `ZoneAllocator::page_frag_free` | [`page_frag`] |
-//! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmap`, `vm_map_ram`, `vmallocinfo` | [`vmalloc`] |
+//! | vmalloc | `VmallocSpace::vmalloc`, `vfree`, `vmalloc_owned` (an `OwnedVmArea`: `bytes`, `bytes_mut`), `vmap`, `vm_map_ram`, `vmallocinfo` | [`vmalloc`] |
 //! | reclaim | `register_shrinker` (a `Shrinker`), `unregister_shrinker`, `balance_node`, `KswapdWorker`, `kswapd_pending`; `Config::watermark_boost_factor` | [`reclaim`] |
 //! | memory offlining | `offline_pages`, `online_pages` | [`hotplug`] |
 //! | memory that arrives | `Config::reserved`, `free_reserved_area`, `add_memory` | [`hotplug`] |
-//! | hosting in a kernel | `Config::platform` (a [`Platform`]: interrupts, the CPU, a cross-CPU barrier), `with_memmap` (a [`MemMap`]: tables without the heap), `alloc_pages_nolock`, `free_pages_nolock`, `metadata_bytes` | [`Platform`], [`memmap`], `docs/kernel.md` |
+//! | hosting in a kernel | `Config::platform` (a [`Platform`]: interrupts, the CPU, a cross-CPU barrier), `with_memmap` (a [`MemMap`]: tables without the heap), `alloc_pages_nolock`, `free_pages_nolock`, `alloc_pages_pinned`, `free_pages_pinned` (a `PinnedCpu`), `metadata_bytes`; with `std`, `LinuxThreads` | [`Platform`], [`memmap`], `docs/kernel.md` |
 //! | NUMA | `Config::cpu_to_node`, `Config::node_distance`, `numa_node_id`, `alloc_pages_node`; with `std`, `numa::HostTopology` and `ArenaOptions::bind_nodes` | [`Config`], `numa` |
-//! | contiguous memory areas | `Config::with_cma`, `cma_alloc`, `cma_release`, `cma_area_info` | [`cma`] |
+//! | contiguous memory areas | `Config::with_cma`, `cma_area` (by name), `cma_alloc`, `cma_release`, `cma_area_info` | [`cma`] |
 //! | memory back to the host or the OS | `register_page_reporting` (a `PageReporter`, or `Reporter::Backend`: `madvise` over an arena), `report_free_pages`, `PageReportingWorker`, `page_reporting_stats` | [`reporting`] |
 //! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | [`ZoneAllocator::drain_all_pages`] |
 //! | statistics | `buddyinfo`, `pagetypeinfo`, `zoneinfo`, `vmstat`, `free_counts`, `zone_events`, `pcp_stats`, `extfrag_index`, `unusable_index`, `watermarks`, `zones`, `frame_state`, `managed_pages`, `nr_free_pages` | [`ZoneAllocator::buddyinfo`], [`ZoneInfo`], [`VmStat`] |
