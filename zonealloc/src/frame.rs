@@ -1464,6 +1464,11 @@ mod tests {
             100_000,
             3 * 32_768 + 17,
         ] {
+            if cfg!(miri) && nr > 4096 {
+                // Miri's cost grows faster than a table: the arithmetic is the
+                // same at every size, and the native run covers the large ones.
+                continue;
+            }
             let t = FrameTable::new(0, nr, ZONE_LISTS).unwrap();
             let bytes = (t.nr_lines * core::mem::size_of::<Line>()) as u64;
             assert_eq!(bytes, zone_metadata_bytes(nr as u64), "{nr} frames");

@@ -1,12 +1,14 @@
 //! Keeps the README honest: each of its Rust examples is a doctest of the crate
 //! documentation or of the `migrate` module (so it compiles and runs), the first
-//! one the crate's own first example, and its two commands are the ones CI runs.
+//! one the crate's own first example; its C example is the one CI builds and runs;
+//! its two commands are the ones CI runs; it stays a newcomer's length.
 
 const README: &str = include_str!("../../README.md");
 const LIB_RS: &str = include_str!("../src/lib.rs");
 const MIGRATE_RS: &str = include_str!("../src/migrate.rs");
 const CI_RUN: &str = include_str!("../../.ci/run");
 const CI_TEST: &str = include_str!("../../.ci/test");
+const C_EXAMPLE: &str = include_str!("../../zonealloc-capi/tests/c/example.c");
 
 /// The fenced code blocks of a Markdown text as `(info string, body)`.
 fn fenced_blocks(md: &str) -> Vec<(String, String)> {
@@ -56,11 +58,6 @@ fn readme_examples_are_doctests() {
         "README.md's first example must equal zonealloc/src/lib.rs's first crate doc \
          example (the doctest that proves it compiles)"
     );
-    assert!(
-        rust.iter().any(|r| migrate_doc.contains(r)),
-        "README.md shows how to supply a migration callback: zonealloc/src/migrate.rs's \
-         module doc example"
-    );
     for r in &rust {
         assert!(
             crate_doc.contains(r) || migrate_doc.contains(r),
@@ -95,4 +92,33 @@ fn readme_commands_are_the_ones_ci_runs() {
         );
     }
     assert!(CI_TEST.contains("cargo test --release"));
+}
+
+#[test]
+fn readme_c_example_is_the_one_ci_runs() {
+    let c: Vec<String> = fenced_blocks(README)
+        .into_iter()
+        .filter(|(info, _)| info == "c")
+        .map(|b| b.1)
+        .collect();
+    assert_eq!(
+        c,
+        [C_EXAMPLE],
+        "README.md's C example must be zonealloc-capi/tests/c/example.c, which .ci/capi \
+         builds and runs"
+    );
+}
+
+#[test]
+fn readme_is_a_newcomers_length() {
+    let lines = README.lines().count();
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines; measurement history goes to docs/"
+    );
+    let beside = concat!("..", "/shared");
+    assert!(
+        !README.contains(beside),
+        "the README needs nothing beside the repository"
+    );
 }
