@@ -10,7 +10,8 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use x86_64::instructions::port::Port;
 use x86_64::registers::model_specific::Msr;
 
-use crate::interrupts::{SPURIOUS_VECTOR, TIMER_VECTOR};
+use crate::consts::{SPURIOUS_VECTOR, TIMER_VECTOR};
+use crate::irq;
 
 const IA32_APIC_BASE: u32 = 0x1b;
 const APIC_BASE_ENABLE: u64 = 1 << 11;
@@ -146,7 +147,7 @@ pub fn start_periodic_timer(hz: u32) {
 /// Interrupts are disabled across the two register writes, so that a handler on
 /// this CPU sending its own IPI cannot slip between them.
 fn send(apic_id: u32, low: u32) {
-    crate::cpu::without_interrupts(|| {
+    irq::without_interrupts(|| {
         while read(ICR_LOW) & ICR_PENDING != 0 {
             core::hint::spin_loop();
         }

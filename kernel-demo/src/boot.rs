@@ -1,12 +1,14 @@
 //! Boot: the Multiboot header, the way from 32-bit protected mode to long mode,
 //! and the real-mode trampoline that brings the application processors the same way.
 //!
-//! The lowest layer; nothing of the kernel runs before it. QEMU's Multiboot loader
-//! (`-kernel`) copies the image to 1 MiB and enters `start32` in flat 32-bit
-//! protected mode, paging off, with the boot information's address in `%ebx`. The
-//! loader refuses a 64-bit ELF unless the header carries its own load addresses
-//! (flag 16, the "a.out kludge"), so the header names them and link.ld lays the
-//! file out to match.
+//! The lowest layer; nothing of the kernel runs before it, and it imports nothing
+//! of the kernel: its 64-bit code calls the kernel's two entry points, `kmain`
+//! and `ap_main` (main.rs), by their link names, as a loader calls the kernel it
+//! loaded. QEMU's Multiboot loader (`-kernel`) copies the image to 1 MiB and
+//! enters `start32` in flat 32-bit protected mode, paging off, with the boot
+//! information's address in `%ebx`. The loader refuses a 64-bit ELF unless the
+//! header carries its own load addresses (flag 16, the "a.out kludge"), so the
+//! header names them and link.ld lays the file out to match.
 //!
 //! ```text
 //!  BSP: start32 ─ build page tables ─┐
@@ -58,6 +60,16 @@ extern "C" {
     static __kernel_end: u8;
     static __init_start: u8;
     static __init_end: u8;
+}
+
+// The kernel's entry points, defined with these link names at the top of the
+// kernel (main.rs); only `start64` below calls them.
+extern "C" {
+    /// The bootstrap processor's first Rust code: `%edi` and `%esi` carry
+    /// what the Multiboot loader left in `%eax` and `%ebx`.
+    fn kmain(magic: u32, info: u32) -> !;
+    /// An application processor's first Rust code, on its own stack.
+    fn ap_main() -> !;
 }
 
 /// The trampoline's code and data, to copy to `TRAMPOLINE_ADDR`.
@@ -248,8 +260,8 @@ boot_stack_top:
 "#,
     ap_marker = const AP_MARKER,
     boot_stack_bytes = const BOOT_STACK_BYTES,
-    kmain = sym crate::kmain,
-    ap_main = sym crate::smp::ap_main,
+    kmain = sym kmain,
+    ap_main = sym ap_main,
     ap_stack_top = sym AP_STACK_TOP,
     options(att_syntax)
 );

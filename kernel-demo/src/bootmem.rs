@@ -30,11 +30,15 @@
 use core::cell::Cell;
 
 use multiboot::information::{MemoryManagement, MemoryType, Multiboot, PAddr, SIGNATURE_EAX};
+use spin::Once;
 
 use crate::boot;
+use crate::consts::PAGE_BYTES;
+use crate::serial::println;
 
-/// Bytes in a page frame.
-pub const PAGE_BYTES: u64 = 4096;
+/// The boot memory, final once what boot alone needed is released (set by the
+/// bootstrap processor before the stress; read by the blocks' checks).
+pub static BOOT: Once<BootMemory> = Once::new();
 
 const MAX_REGIONS: usize = 64;
 const MAX_RESERVED: usize = 32;
@@ -128,11 +132,6 @@ impl Ranges {
     /// The ranges, sorted.
     pub fn as_slice(&self) -> &[(u64, u64)] {
         &self.r[..self.len]
-    }
-
-    /// Frames in all.
-    pub fn frames(&self) -> u64 {
-        self.as_slice().iter().map(|&(s, e)| e - s).sum()
     }
 
     fn push(&mut self, s: u64, e: u64) -> Result<(), Error> {
@@ -393,11 +392,6 @@ impl BootMemory {
         &self.reserved[..self.nr_reserved]
     }
 
-    /// What was reserved at boot and given to the allocator since.
-    pub fn released(&self) -> &[Reservation] {
-        &self.released[..self.nr_released]
-    }
-
     /// Usable frame ranges `[start_pfn, end_pfn)`, sorted and disjoint: RAM,
     /// less what is absent and what the kernel holds.
     pub fn usable_frames(&self) -> &[(u64, u64)] {
@@ -555,18 +549,18 @@ impl BootMemory {
     /// Prints the map as Linux's boot log does, then the reservations and the
     /// absent ranges.
     pub fn print(&self) {
-        crate::println!("BIOS memory map (Multiboot):");
+        println!("BIOS memory map (Multiboot):");
         for r in self.regions() {
-            crate::println!(
+            println!(
                 "  [mem {:#018x}-{:#018x}] {}",
                 r.start,
                 r.end - 1,
                 r.kind.name()
             );
         }
-        crate::println!("reserved (present, not managed until released):");
+        println!("reserved (present, not managed until released):");
         for r in self.reservations() {
-            crate::println!(
+            println!(
                 "  [mem {:#018x}-{:#018x}] {} ({} KiB){}",
                 r.start,
                 r.end - 1,
@@ -580,7 +574,7 @@ impl BootMemory {
             );
         }
         for &(s, e, what) in self.absent() {
-            crate::println!(
+            println!(
                 "absent (a hole of its zone until added): [mem {:#018x}-{:#018x}] {} ({} MiB)",
                 s * PAGE_BYTES,
                 e * PAGE_BYTES - 1,

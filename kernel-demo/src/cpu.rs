@@ -3,8 +3,8 @@
 //! the frame tables' mapping needs.
 //!
 //! Each service is a plain function with the shape of the allocator's
-//! `Platform` trait (`irq_save() -> usize`, `irq_restore(usize)`,
-//! `cpu_id() -> usize`, `sync_cpu(usize) -> bool`), and `KernelPlatform`
+//! `Platform` trait (`irq_save() -> usize`, `irq_restore(usize)` in `irq`,
+//! `cpu_id() -> usize`, `sync_cpu(usize) -> bool` here), and `KernelPlatform`
 //! implements the trait with them. The allocator gets `PLATFORM`
 //! (`Config::platform`) and takes every lock an interrupt's call may take with
 //! interrupts disabled through it, so the timer handler allocates and frees
@@ -23,11 +23,10 @@ use core::sync::atomic::{fence, AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ord
 use x86_64::registers::model_specific::GsBase;
 use x86_64::VirtAddr;
 
-use crate::apic;
-use crate::interrupts::SYNC_VECTOR;
-
-/// Most CPUs the kernel starts (the static per-CPU arrays' length).
-pub const MAX_CPUS: usize = 16;
+use crate::consts::{MAX_CPUS, SYNC_VECTOR};
+use crate::exit::{exit, Exit};
+use crate::serial::fatal_print;
+use crate::{apic, irq, time};
 
 /// One CPU's entry in the per-CPU area.
 #[repr(C)]
@@ -135,37 +134,6 @@ pub fn set_node(cpu: usize, node: u16) {
     PER_CPU[cpu].node.store(node, Ordering::Relaxed);
 }
 
-/// (a) Disables interrupts on this CPU and returns the state to restore
-/// (`local_irq_save()`: `pushfq; pop; cli`). Calls nest.
-#[inline]
-pub fn irq_save() -> usize {
-    let flags: u64;
-    // SAFETY: reads RFLAGS through the stack and clears IF. No `nomem`: the asm
-    // is also a compiler barrier, so no memory access moves out of the section.
-    unsafe { asm!("pushfq", "pop {}", "cli", out(reg) flags) };
-    flags as usize
-}
-
-/// (a) Restores the interrupt state `irq_save` returned
-/// (`local_irq_restore()`): re-enables interrupts if they were enabled then.
-#[inline]
-pub fn irq_restore(state: usize) {
-    const IF: usize = 1 << 9;
-    if state & IF != 0 {
-        // SAFETY: sets IF only; a compiler barrier like `irq_save`.
-        unsafe { asm!("sti") };
-    }
-}
-
-/// Runs `f` with interrupts disabled on this CPU, restoring the previous state.
-#[inline]
-pub fn without_interrupts<R>(f: impl FnOnce() -> R) -> R {
-    let state = irq_save();
-    let r = f();
-    irq_restore(state);
-    r
-}
-
 /// Counters of the cross-CPU services (relaxed: statistics, read at the end).
 pub struct CrossCpuStats {
     /// `sync_cpu` calls that waited for another CPU.
@@ -239,13 +207,13 @@ pub fn sync_cpu(cpu: usize) -> bool {
     let apic_id = target.apic_id.load(Ordering::Relaxed);
     apic::send_ipi(apic_id, SYNC_VECTOR);
     CROSS.syncs.fetch_add(1, Ordering::Relaxed);
-    let start = crate::time::tsc();
+    let start = time::tsc();
     let mut escalated = false;
     while target.sync_done.load(Ordering::Acquire) < r {
         if serve_sync() {
             CROSS.served_while_waiting.fetch_add(1, Ordering::Relaxed);
         }
-        if !escalated && crate::time::tsc_to_us(crate::time::tsc() - start) > SYNC_ESCALATE_US {
+        if !escalated && time::tsc_to_us(time::tsc() - start) > SYNC_ESCALATE_US {
             escalated = true;
             CROSS.escalated.fetch_add(1, Ordering::Relaxed);
             apic::send_nmi(apic_id);
@@ -305,19 +273,19 @@ pub fn flush_tlb_everywhere() {
         apic::send_nmi(pc.apic_id.load(Ordering::Relaxed));
         CROSS.shootdown_nmis.fetch_add(1, Ordering::Relaxed);
     }
-    let start = crate::time::tsc();
+    let start = time::tsc();
     for (c, &r) in waiting.iter().enumerate() {
         while r != 0 && PER_CPU[c].flush_done.load(Ordering::Acquire) < r {
             // A CPU waiting in `sync_cpu` on this one is served meanwhile.
             serve_sync();
-            if crate::time::tsc_to_us(crate::time::tsc() - start) > SHOOTDOWN_TIMEOUT_US {
-                crate::fatal_print!("\nFAIL (Smp): cpu {c} did not acknowledge a TLB shootdown\n");
-                crate::exit::exit(crate::exit::Exit::Smp);
+            if time::tsc_to_us(time::tsc() - start) > SHOOTDOWN_TIMEOUT_US {
+                fatal_print!("\nFAIL (Smp): cpu {c} did not acknowledge a TLB shootdown\n");
+                exit(Exit::Smp);
             }
             core::hint::spin_loop();
         }
     }
-    let waited = crate::time::tsc_to_us(crate::time::tsc() - start);
+    let waited = time::tsc_to_us(time::tsc() - start);
     CROSS.shootdown_us.fetch_add(waited, Ordering::Relaxed);
 }
 
@@ -346,12 +314,12 @@ pub static PLATFORM: KernelPlatform = KernelPlatform;
 impl zonealloc::Platform for KernelPlatform {
     #[inline]
     fn irq_save(&self) -> usize {
-        irq_save()
+        irq::irq_save()
     }
 
     #[inline]
     fn irq_restore(&self, state: usize) {
-        irq_restore(state)
+        irq::irq_restore(state)
     }
 
     #[inline]

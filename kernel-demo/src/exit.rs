@@ -7,6 +7,8 @@
 
 use x86_64::instructions::port::Port;
 
+use crate::serial::fatal_print;
+
 /// Why the kernel stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -58,4 +60,10 @@ pub fn exit(why: Exit) -> ! {
         x86_64::instructions::interrupts::disable();
         x86_64::instructions::hlt();
     }
+}
+
+/// Prints a failure found on CPU 0 outside the stress and ends the run with `why`.
+pub fn fail_with(why: Exit, what: &str) -> ! {
+    fatal_print!("\nFAIL ({why:?}): {what}\n");
+    exit(why)
 }

@@ -13,7 +13,7 @@ use x86_64::structures::gdt::{Descriptor, GlobalDescriptorTable};
 use x86_64::structures::tss::TaskStateSegment;
 use x86_64::VirtAddr;
 
-use crate::cpu::MAX_CPUS;
+use crate::consts::MAX_CPUS;
 use crate::stack::Stack;
 
 /// Bytes of each CPU's double-fault stack.

@@ -17,7 +17,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use linked_list_allocator::Heap;
 use spin::Mutex;
 
-use crate::cpu;
+use crate::irq;
 
 /// The global allocator.
 pub struct KernelHeap {
@@ -66,7 +66,7 @@ pub struct Stats {
 
 /// The heap's statistics now.
 pub fn stats() -> Stats {
-    cpu::without_interrupts(|| {
+    irq::without_interrupts(|| {
         let h = HEAP.heap.lock();
         Stats {
             allocs: HEAP.allocs.load(Ordering::Relaxed),
@@ -83,7 +83,7 @@ pub fn stats() -> Stats {
 // with interrupts disabled so that no handler can wait for it on its own CPU.
 unsafe impl GlobalAlloc for KernelHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        cpu::without_interrupts(|| {
+        irq::without_interrupts(|| {
             let mut h = self.heap.lock();
             match h.allocate_first_fit(layout) {
                 Ok(p) => {
@@ -100,7 +100,7 @@ unsafe impl GlobalAlloc for KernelHeap {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if let Some(p) = NonNull::new(ptr) {
-            cpu::without_interrupts(|| {
+            irq::without_interrupts(|| {
                 // SAFETY: `ptr` came from `alloc` with this layout (GlobalAlloc's
                 // contract).
                 unsafe { self.heap.lock().deallocate(p, layout) };

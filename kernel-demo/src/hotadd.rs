@@ -30,10 +30,12 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use spin::Mutex;
 use zonealloc::{Gfp, MemMap, Order, Pfn, ZoneAllocator, ZoneId};
 
-use crate::bootmem::PAGE_BYTES;
-use crate::exit::Exit;
+use crate::bootmem::BOOT;
+use crate::consts::PAGE_BYTES;
+use crate::exit::{fail_with, Exit};
+use crate::serial::println;
 use crate::vmemmap::{VmemMap, MEMMAP};
-use crate::{fail_with, heap, println, time, BOOT};
+use crate::{heap, time};
 
 /// Frames `[ARRIVED_START, ARRIVED_END)` have been given to the allocator since
 /// boot. Release: each is stored before the `add_memory` that hands those frames
@@ -154,12 +156,12 @@ pub fn add(za: &ZoneAllocator) -> Result<(), alloc::string::String> {
     Ok(())
 }
 
-/// At the checkpoint after the addition (every other CPU waiting): the zone's
-/// managed frames grew by exactly the frames added, and the allocator hands the
-/// new frames out: order-10 blocks are taken from that zone, movable, until one
-/// lies in the new memory (added memory goes to the tail of the free lists, as
-/// Linux's onlining puts it), then all are freed.
-pub fn check(za: &ZoneAllocator) {
+/// At the checkpoint of `round`, the round of the addition (every other CPU
+/// waiting): the zone's managed frames grew by exactly the frames added, and
+/// the allocator hands the new frames out: order-10 blocks are taken from that
+/// zone, movable, until one lies in the new memory (added memory goes to the
+/// tail of the free lists, as Linux's onlining puts it), then all are freed.
+pub fn check(za: &ZoneAllocator, round: u32) {
     let boot = BOOT.get().expect("boot memory is set before the stress");
     if boot.absent().is_empty() {
         return;
@@ -185,7 +187,7 @@ pub fn check(za: &ZoneAllocator) {
         a.end * PAGE_BYTES - 1,
         a.zone.node,
         a.zone.zone_type.name(),
-        crate::stress::HOTADD_ROUND,
+        round,
         added,
         a.took_us,
         a.tables,

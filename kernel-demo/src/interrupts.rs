@@ -12,6 +12,11 @@
 //! Exceptions print what they know and end the run with `Exit::Exception`; the
 //! double fault runs on its own stack (IST 1, see `gdt`), so a stack overflow
 //! reports instead of resetting the machine.
+//!
+//! The barrier IPI and the NMI's own requests are served here (`cpu`); what the
+//! timer vector and the NMI do beyond that belongs to the kernel above (the
+//! timer handler and its watchdog, `tick`), which hands it in once, before any
+//! timer starts (`set_handlers`).
 
 use core::arch::global_asm;
 
@@ -19,15 +24,11 @@ use spin::Once;
 use x86_64::structures::idt::InterruptDescriptorTable;
 use x86_64::VirtAddr;
 
+use crate::consts::{SPURIOUS_VECTOR, SYNC_VECTOR, TIMER_VECTOR};
 use crate::exit::{exit, Exit};
-use crate::{apic, cpu, fatal_print, tick};
+use crate::serial::fatal_print;
+use crate::{apic, cpu};
 
-/// The local APIC timer's vector.
-pub const TIMER_VECTOR: u8 = 0x40;
-/// The vector of `cpu::sync_cpu`'s IPI.
-pub const SYNC_VECTOR: u8 = 0x41;
-/// The local APIC's spurious-interrupt vector.
-pub const SPURIOUS_VECTOR: u8 = 0xff;
 /// Where the (masked) legacy PICs deliver, spurious IRQs 7 and 15 included.
 const LEGACY_PIC_VECTORS: core::ops::RangeInclusive<u64> = 0x20..=0x2f;
 
@@ -130,6 +131,22 @@ fn stub(vector: u8) -> VirtAddr {
 
 static IDT: Once<InterruptDescriptorTable> = Once::new();
 
+/// What the kernel above runs on the timer vector and after the NMI's own
+/// services; each is given the interrupted `rip` and `rflags`.
+struct Handlers {
+    timer: fn(u64, u64),
+    nmi: fn(u64, u64),
+}
+
+static HANDLERS: Once<Handlers> = Once::new();
+
+/// Sets the timer vector's handler and the NMI's last step (once, by the
+/// bootstrap processor before any CPU starts its timer). Until then a timer
+/// interrupt is only acknowledged and an NMI only serves `cpu`'s requests.
+pub fn set_handlers(timer: fn(u64, u64), nmi: fn(u64, u64)) {
+    HANDLERS.call_once(|| Handlers { timer, nmi });
+}
+
 /// Builds the IDT (once) and loads it on this CPU.
 pub fn load_idt() {
     let idt = IDT.call_once(|| {
@@ -175,16 +192,19 @@ pub fn enable() {
 extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
     match frame.vector {
         v if v == u64::from(TIMER_VECTOR) => {
-            tick::on_tick(frame.rip, frame.rflags);
+            if let Some(h) = HANDLERS.get() {
+                (h.timer)(frame.rip, frame.rflags);
+            }
             apic::eoi();
         }
         // NMIs: TLB shootdowns and escalated barriers (`cpu::on_nmi`), or the
-        // watchdog's, which says where this CPU was, and stops it. One NMI may
-        // find its request already served by an earlier one: nothing to do.
+        // watchdog's, which says where this CPU was, and stops it (the
+        // kernel's handler, `tick::on_nmi`). One NMI may find its request
+        // already served by an earlier one: nothing to do.
         2 => {
             cpu::on_nmi();
-            if tick::watchdog_fired() {
-                tick::on_watchdog_nmi(frame.rip, frame.rflags);
+            if let Some(h) = HANDLERS.get() {
+                (h.nmi)(frame.rip, frame.rflags);
             }
         }
         v if v == u64::from(SYNC_VECTOR) => {

@@ -11,7 +11,7 @@ use acpi::madt::{Madt, MadtEntry};
 use acpi::{AcpiHandler, AcpiTables, PhysicalMapping};
 
 use crate::boot;
-use crate::cpu::MAX_CPUS;
+use crate::consts::MAX_CPUS;
 
 /// ACPI's view of physical memory: the identity map.
 #[derive(Clone, Copy, Debug)]

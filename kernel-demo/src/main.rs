@@ -13,17 +13,27 @@
 //! stress (`stress`) with the timer interrupt allocating too (`tick`). The
 //! verdict ends QEMU through isa-debug-exit (`exit`).
 //!
-//! Module map, lowest first:
+//! Layers, lowest first. A module imports only modules of lower rows (no two of
+//! a row import each other); nothing imports this file.
 //!
-//! | module | what |
-//! |---|---|
-//! | `boot` | Multiboot header, 32-bit entry, long mode, AP trampoline, the init area |
-//! | `exit`, `serial`, `stack` | QEMU exit statuses, COM1 console, painted stacks |
-//! | `cpu` | per-CPU area (GS), interrupt save/restore, CPU and node, cross-CPU barrier, TLB shootdown |
-//! | `gdt`, `interrupts`, `apic`, `time` | descriptor tables, entry stubs, local APIC, TSC and timer calibration |
-//! | `bootmem`, `madt`, `srat`, `smp` | memory map, reservations and early allocation, CPUs and nodes from ACPI, AP start-up |
-//! | `heap`, `vmemmap`, `zones` | the kernel heap, the frame tables' mapping, the allocator's configuration |
-//! | `tick`, `stress`, `hotadd` | the timer handler, the stress and its ledger, memory that arrives |
+//! | row | modules | what |
+//! |---|---|---|
+//! | 0 | `consts`, `boot`, `serial`, `stack`, `irq` | shared numbers (CPUs, nodes, page size, vectors); Multiboot header, long mode, AP trampoline, the image's addresses; COM1 console and its macros; painted stacks; save, disable and restore interrupts |
+//! | 1 | `exit`, `apic`, `gdt`, `heap`, `bootmem`, `madt` | QEMU exit statuses; local APIC; per-CPU GDT and TSS; the kernel heap; memory map, reservations and early allocation (`BOOT`); ACPI tables and the CPUs |
+//! | 2 | `time`, `srat` | TSC and APIC timer calibration; the NUMA nodes and distances |
+//! | 3 | `cpu` | per-CPU area (GS), CPU and node, cross-CPU barrier, TLB shootdown, the allocator's `Platform` |
+//! | 4 | `interrupts`, `zones`, `vmemmap` | IDT, entry stubs, dispatch; the allocator's configuration (and `ALLOCATOR`); the frame tables' mapping |
+//! | 5 | `smp`, `hotadd` | AP start-up; memory that arrives |
+//! | 6 | `block` | a held block: where it may lie, its tags, its release |
+//! | 7 | `tick` | the timer handler and the watchdog |
+//! | 8 | `stress` | the stress and its ledger |
+//! | 9 | `main` | `kmain` and `ap_main`, building the allocator, the verdict |
+//!
+//! Calls still go up in three places, none of them an import: `boot`'s
+//! 64-bit code calls `kmain` and `ap_main` by their link names; `kmain` hands
+//! `interrupts` its timer and NMI handlers (`tick::on_tick`, `tick::on_nmi`)
+//! and `tick` what its watchdog prints of the stress
+//! (`stress::print_progress_raw`), before any timer runs.
 
 #![no_std]
 #![no_main]
@@ -33,14 +43,17 @@
 extern crate alloc;
 
 mod apic;
+mod block;
 mod boot;
 mod bootmem;
+mod consts;
 mod cpu;
 mod exit;
 mod gdt;
 mod heap;
 mod hotadd;
 mod interrupts;
+mod irq;
 mod madt;
 mod serial;
 mod smp;
@@ -56,19 +69,15 @@ use alloc::vec::Vec;
 use core::panic::PanicInfo;
 use core::sync::atomic::Ordering;
 
-use spin::Once;
 use zonealloc::{AbstractFrames, MemMap, OfflineError, Pfn, ZoneAllocator};
 
-use crate::bootmem::{BootMemory, Lifetime, PAGE_BYTES};
-use crate::exit::{exit, Exit};
-use crate::srat::{Topology, MAX_NODES};
+use crate::bootmem::{BootMemory, Lifetime, BOOT};
+use crate::consts::{MAX_NODES, PAGE_BYTES};
+use crate::exit::{exit, fail_with, Exit};
+use crate::serial::{fatal_print, print, println};
+use crate::srat::Topology;
 use crate::vmemmap::{VmemMap, MEMMAP};
-
-/// The page allocator, once built (before any CPU runs the stress).
-pub static ALLOCATOR: Once<ZoneAllocator> = Once::new();
-
-/// The boot memory, final once what boot alone needed is released.
-pub static BOOT: Once<BootMemory> = Once::new();
+use crate::zones::ALLOCATOR;
 
 /// Bytes of the kernel heap: the allocator's small structures and the kernel's
 /// own few allocations (the frame tables are not on it).
@@ -112,15 +121,10 @@ fn parse_options(cmdline: &str) -> Options {
     o
 }
 
-/// Prints a failure found on CPU 0 outside the stress and ends the run with `why`.
-pub fn fail_with(why: Exit, what: &str) -> ! {
-    fatal_print!("\nFAIL ({why:?}): {what}\n");
-    exit(why)
-}
-
 /// The bootstrap processor's first Rust code, on the boot stack, interrupts
 /// disabled; `magic` and `info` are what the Multiboot loader left in `%eax` and
-/// `%ebx`.
+/// `%ebx`. `boot` calls it by this link name.
+#[no_mangle]
 pub extern "C" fn kmain(magic: u32, info: u32) -> ! {
     time::mark_boot();
     gdt::load(0);
@@ -133,6 +137,10 @@ pub extern "C" fn kmain(magic: u32, info: u32) -> ! {
         println!("(the UART failed its self-test: raw output)");
     }
     interrupts::load_idt();
+    // What the timer vector and the NMI run is the timer handler's, and what
+    // its watchdog reports is the stress's: handed down before any timer runs.
+    interrupts::set_handlers(tick::on_tick, tick::on_nmi);
+    tick::set_progress_report(stress::print_progress_raw);
     apic::disable_legacy_pic();
 
     let mut boot =
@@ -181,6 +189,14 @@ pub extern "C" fn kmain(magic: u32, info: u32) -> ! {
     tick::resume_allocation();
     smp::release_aps();
     run_cpu(0)
+}
+
+/// An application processor's first Rust code, on its own stack: set up, wait
+/// for the go, run. `boot` calls it by this link name.
+#[no_mangle]
+pub extern "C" fn ap_main() -> ! {
+    let index = smp::ap_setup();
+    run_cpu(index)
 }
 
 /// A short list printed before the heap exists.

@@ -35,7 +35,7 @@ pub fn init() -> bool {
 }
 
 /// Writes `args` to the console under its lock (or raw if there is none).
-pub fn print(args: fmt::Arguments<'_>) {
+pub fn print_fmt(args: fmt::Arguments<'_>) {
     let mut console = CONSOLE.lock();
     match console.as_mut() {
         Some(tty) => {
@@ -88,20 +88,20 @@ impl Write for Raw {
 }
 
 /// Prints to the console, under its lock.
-#[macro_export]
 macro_rules! print {
-    ($($arg:tt)*) => { $crate::serial::print(format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::serial::print_fmt(format_args!($($arg)*)) };
 }
 
 /// Prints a line to the console, under its lock.
-#[macro_export]
 macro_rules! println {
-    () => { $crate::print!("\n") };
-    ($($arg:tt)*) => { $crate::serial::print(format_args!("{}\n", format_args!($($arg)*))) };
+    () => { $crate::serial::print_fmt(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::serial::print_fmt(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
 /// Prints without the console lock: exceptions, panics, the watchdog.
-#[macro_export]
 macro_rules! fatal_print {
     ($($arg:tt)*) => { $crate::serial::fatal(format_args!($($arg)*)) };
 }
+
+// The macros, by path: `use crate::serial::println;` says where they come from.
+pub(crate) use {fatal_print, print, println};

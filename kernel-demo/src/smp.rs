@@ -6,17 +6,19 @@
 //! CPU index and stack, sends INIT, waits 10 ms, sends a start-up IPI, waits
 //! 200 us, sends the second one if the CPU has not yet answered, and waits up to
 //! a second for it to mark itself online. The new CPU comes through real and
-//! protected mode into long mode on the boot page tables and lands in `ap_main`,
-//! which loads its GDT, TSS and IDT, sets its `GS` base, enables its local APIC
-//! and marks itself online, then waits for the kernel's go with interrupts
-//! enabled (it takes IPIs from then on).
+//! protected mode into long mode on the boot page tables and lands in the
+//! kernel's `ap_main` (main.rs), whose first step is `ap_setup`: it loads its
+//! GDT, TSS and IDT, sets its `GS` base, enables its local APIC and marks itself
+//! online, then waits for the kernel's go with interrupts enabled (it takes IPIs
+//! from then on).
 
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use crate::cpu::{self, MAX_CPUS};
+use crate::consts::MAX_CPUS;
 use crate::exit::{exit, Exit};
+use crate::serial::println;
 use crate::stack::{self, Stack};
-use crate::{apic, boot, gdt, interrupts, time};
+use crate::{apic, boot, cpu, gdt, interrupts, time};
 
 /// Bytes of each application processor's stack.
 pub const AP_STACK_BYTES: usize = 64 << 10;
@@ -86,7 +88,7 @@ pub fn start_aps(apic_ids: &[u32]) -> usize {
         let start = time::tsc();
         while !cpu::is_online(index) {
             if time::tsc_to_us(time::tsc() - start) > START_TIMEOUT_US {
-                crate::println!("cpu {index} (local APIC id {id}) did not come up");
+                println!("cpu {index} (local APIC id {id}) did not come up");
                 exit(Exit::Smp);
             }
             core::hint::spin_loop();
@@ -101,8 +103,9 @@ pub fn release_aps() {
     GO.store(true, Ordering::Release);
 }
 
-/// An application processor's first Rust code (from `boot`, on its own stack).
-pub extern "C" fn ap_main() -> ! {
+/// An application processor's set-up, the first thing its `ap_main` does (on
+/// its own stack): returns its CPU index once the kernel lets it go.
+pub fn ap_setup() -> usize {
     let index = NEXT_INDEX.load(Ordering::SeqCst);
     gdt::load(index);
     cpu::init_this_cpu(index);
@@ -116,5 +119,5 @@ pub extern "C" fn ap_main() -> ! {
     while !GO.load(Ordering::Acquire) {
         core::hint::spin_loop();
     }
-    crate::run_cpu(index)
+    index
 }

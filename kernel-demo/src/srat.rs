@@ -20,11 +20,10 @@
 use acpi::sdt::{SdtHeader, Signature};
 use acpi::{AcpiTable, AcpiTables};
 
-use crate::bootmem::PAGE_BYTES;
+use crate::consts::{MAX_NODES, PAGE_BYTES};
 use crate::madt::IdentityMapped;
+use crate::serial::println;
 
-/// Most nodes the kernel keeps.
-pub const MAX_NODES: usize = 8;
 const MAX_MEMORY: usize = 32;
 const MAX_CPU_ENTRIES: usize = 64;
 
@@ -291,16 +290,16 @@ impl Topology {
     /// Prints the tables as read.
     pub fn print(&self) {
         if !self.from_srat {
-            crate::println!("numa: no SRAT, one node");
+            println!("numa: no SRAT, one node");
             return;
         }
-        crate::println!(
+        println!(
             "numa: SRAT lists {} nodes (proximity domains {:?})",
             self.nr_nodes,
             &self.domains[..self.nr_nodes]
         );
         for &(s, e, node, hot) in &self.memory[..self.nr_memory] {
-            crate::println!(
+            println!(
                 "  SRAT: node {node} [mem {:#018x}-{:#018x}]{}",
                 s * PAGE_BYTES,
                 e * PAGE_BYTES - 1,
@@ -308,17 +307,17 @@ impl Topology {
             );
         }
         for &(apic, node) in &self.cpus[..self.nr_cpus] {
-            crate::println!("  SRAT: local APIC id {apic} -> node {node}");
+            println!("  SRAT: local APIC id {apic} -> node {node}");
         }
         if self.from_slit {
             for a in 0..self.nr_nodes {
-                crate::println!(
+                println!(
                     "  SLIT: node {a} distances {:?}",
                     &self.distance[a][..self.nr_nodes]
                 );
             }
         } else {
-            crate::println!("  no SLIT: distances 10 local, 20 remote");
+            println!("  no SLIT: distances 10 local, 20 remote");
         }
     }
 }

@@ -49,12 +49,13 @@
 //!
 //! Every block handed out must lie in usable RAM, outside everything the kernel
 //! still reserves (or in memory that has arrived), and below the limit of the
-//! zone its GFP allows. Each CPU counts the blocks that came from its own node:
-//! `alloc_pages` starts from the calling CPU's node, so every request that a
-//! zone of that node can serve should be served there while it has memory. Its first and last
-//! words get a tag (CPU, sequence number) when it is allocated, checked when it
-//! is freed: a block handed to two owners at once shows as a changed tag.
-//! Any failure prints what it saw and ends the run with its own status.
+//! zone its GFP allows. Its first and last words get a tag (CPU, sequence
+//! number) when it is allocated, checked when it is freed: a block handed to
+//! two owners at once shows as a changed tag. Those checks are `block`'s,
+//! shared with the timer handler. Each CPU counts the blocks that came from its
+//! own node: `alloc_pages` starts from the calling CPU's node, so every request
+//! that a zone of that node can serve should be served there while it has
+//! memory. Any failure prints what it saw and ends the run with its own status.
 
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -62,11 +63,13 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use spin::{Barrier, Mutex, Once};
 use zonealloc::{FreeError, Gfp, Order, Pfn, PinnedCpu, ZoneAllocator, ZoneType};
 
-use crate::bootmem::PAGE_BYTES;
-use crate::cpu::{self, MAX_CPUS};
-use crate::exit::{exit, Exit};
+use crate::block::{claim, fail, release, tag, Block, Via};
+use crate::bootmem::BOOT;
+use crate::consts::{MAX_CPUS, PAGE_BYTES};
+use crate::exit::Exit;
+use crate::serial::{fatal_print, println};
 use crate::zones::{DMA32_END_PFN, DMA_END_PFN};
-use crate::{fatal_print, heap, hotadd, tick, time, BOOT};
+use crate::{boot, cpu, heap, hotadd, irq, tick, time};
 
 /// Rounds of the stress.
 pub const ROUNDS: u32 = 40;
@@ -87,117 +90,7 @@ const ORDER_WEIGHTS: [u32; 11] = [40, 20, 12, 10, 5, 4, 3, 2, 2, 1, 1];
 /// interrupts disabled.
 const SYNC_ONE_IN: u64 = 1024;
 /// The round in whose churn the absent memory is added.
-pub const HOTADD_ROUND: u32 = ROUNDS / 4;
-
-/// A block held by the stress or a timer handler.
-#[derive(Clone, Copy, Debug)]
-pub struct Block {
-    /// First frame.
-    pub pfn: u64,
-    /// Its order.
-    pub order: u8,
-    /// The tag written into its first and last words.
-    pub tag: u64,
-}
-
-impl Block {
-    /// Frames in the block.
-    pub fn nr_pages(&self) -> u64 {
-        1 << self.order
-    }
-
-    fn words(&self) -> (*mut u64, *mut u64) {
-        let first = self.pfn * PAGE_BYTES;
-        let last = (self.pfn + self.nr_pages()) * PAGE_BYTES - 8;
-        (first as *mut u64, last as *mut u64)
-    }
-}
-
-/// A block's tag: its CPU, whether a timer handler took it, a sequence number.
-pub fn tag(cpu: usize, irq: bool, seq: u64) -> u64 {
-    ((cpu as u64) << 56) | (u64::from(irq) << 55) | (seq & ((1 << 55) - 1))
-}
-
-macro_rules! fail {
-    ($why:expr, $($arg:tt)*) => {{
-        fatal_print!("\nFAIL ({:?}) on cpu {}: {}\n", $why, cpu::this_cpu(), format_args!($($arg)*));
-        exit($why)
-    }};
-}
-
-/// Checks that a block just allocated lies in usable RAM, outside the kernel's
-/// reservations and below `ceiling_pfn`, then tags it.
-pub fn claim(block: &Block, ceiling_pfn: u64) {
-    let boot = BOOT.get().expect("boot memory is set before the stress");
-    if !boot.is_usable(block.pfn, block.nr_pages()) && !hotadd::arrived(block.pfn, block.nr_pages())
-    {
-        fail!(
-            Exit::BlockOutsideRam,
-            "block pfn {:#x} order {} is not usable RAM (a hole or the kernel's own)",
-            block.pfn,
-            block.order
-        );
-    }
-    if block.pfn + block.nr_pages() > ceiling_pfn {
-        fail!(
-            Exit::BlockOutsideRam,
-            "block pfn {:#x} order {} lies above its GFP's zone limit (pfn {:#x})",
-            block.pfn,
-            block.order,
-            ceiling_pfn
-        );
-    }
-    let (first, last) = block.words();
-    // SAFETY: the block is usable RAM (checked above), identity mapped, and ours
-    // alone until we free it: the allocator just handed it out.
-    unsafe {
-        first.write_volatile(block.tag);
-        last.write_volatile(!block.tag);
-    }
-}
-
-/// Which free call a release makes.
-#[derive(Clone, Copy, Debug)]
-pub enum Via<'a> {
-    /// `free_pages`.
-    Locking,
-    /// `free_pages_nolock`.
-    NoLock,
-    /// `free_pages_pinned` with this CPU's token.
-    Pinned(&'a PinnedCpu),
-}
-
-/// Checks a held block's tags, then frees it through `via`.
-pub fn release(za: &ZoneAllocator, block: Block, via: Via<'_>) {
-    let (first, last) = block.words();
-    // SAFETY: the block is held by the caller (claimed, not yet freed).
-    let (a, b) = unsafe { (first.read_volatile(), last.read_volatile()) };
-    if a != block.tag || b != !block.tag {
-        fail!(
-            Exit::Corruption,
-            "block pfn {:#x} order {}: tags {:#x}/{:#x}, expected {:#x}/{:#x}",
-            block.pfn,
-            block.order,
-            a,
-            b,
-            block.tag,
-            !block.tag
-        );
-    }
-    let freed = match via {
-        Via::Locking => za.free_pages(Pfn(block.pfn), Order(block.order)),
-        Via::NoLock => za.free_pages_nolock(Pfn(block.pfn), Order(block.order)),
-        Via::Pinned(pin) => za.free_pages_pinned(pin, Pfn(block.pfn), Order(block.order)),
-    };
-    if let Err(e) = freed {
-        fail!(
-            Exit::FreeRefused,
-            "free of held block pfn {:#x} order {} refused: {e}",
-            block.pfn,
-            block.order
-        );
-    }
-}
+const HOTADD_ROUND: u32 = ROUNDS / 4;
 
 /// One CPU's counters. Relaxed: each is written by its own CPU and read by
 /// CPU 0 after a barrier (whose acquire/release orders them), or by the watchdog,
@@ -443,7 +336,7 @@ impl Worker<'_> {
         }
         let other =
             (self.cpu + 1 + self.rng.below(self.nr_cpus as u64 - 1) as usize) % self.nr_cpus;
-        let ok = cpu::without_interrupts(|| cpu::sync_cpu(other));
+        let ok = irq::without_interrupts(|| cpu::sync_cpu(other));
         if !ok {
             fail!(Exit::Smp, "cpu {other} did not pass a barrier");
         }
@@ -540,7 +433,7 @@ impl Worker<'_> {
 /// the end of RAM.
 pub fn preflight(za: &ZoneAllocator) {
     let boot = BOOT.get().expect("boot memory is set before the stress");
-    let (image, _) = crate::boot::kernel_image();
+    let (image, _) = boot::kernel_image();
     let pfn = image / PAGE_BYTES;
     match za.free_pages(Pfn(pfn), Order(0)) {
         Err(FreeError::Hole(p)) if p.0 == pfn => {}
@@ -568,7 +461,7 @@ pub fn preflight(za: &ZoneAllocator) {
             "free of frame {beyond:#x}, past RAM, gave {other:?}, not OutOfRange"
         ),
     }
-    crate::println!(
+    println!(
         "bad frees refused: kernel image frame {pfn:#x} -> Hole{absent}, frame {beyond:#x} -> OutOfRange"
     );
 }
@@ -644,7 +537,7 @@ pub fn run(za: &ZoneAllocator, cpu: usize) {
         }
         wait(); // D
                 // Every CPU at once waits, interrupts off, on one that waits too.
-        let ok = cpu::without_interrupts(|| cpu::sync_cpu(w.next) && cpu::sync_cpu(prev));
+        let ok = irq::without_interrupts(|| cpu::sync_cpu(w.next) && cpu::sync_cpu(prev));
         if !ok {
             fail!(
                 Exit::Smp,
@@ -679,7 +572,7 @@ fn held_pages(nr_cpus: usize) -> u64 {
 fn checkpoint(za: &ZoneAllocator, round: u32, nr_cpus: usize) {
     let heap_before = heap::stats().allocs;
     if round == HOTADD_ROUND {
-        hotadd::check(za);
+        hotadd::check(za, round);
     }
     let held = held_pages(nr_cpus);
     let (mut free, mut pcp, mut managed) =
@@ -823,7 +716,7 @@ pub fn print_per_cpu(nr_cpus: usize) {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let k = &tick::STATS[c];
         let (local, remote, forced) = (get(&s.local), get(&s.remote), get(&s.remote_forced));
-        crate::println!(
+        println!(
             "  cpu {c} (node {}): allocs {} local {} ({}.{}% of those its node can serve; remote {}, {} more with no zone on its node) frees {} (of other CPUs' blocks {}) handed off {} double frees refused {} syncs with irqs off {} ticks {} irq allocs {} + {} nolock ({} nolock failed)",
             cpu::cpu_to_node(c),
             get(&s.allocs),

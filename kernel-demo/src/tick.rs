@@ -27,12 +27,15 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use spin::Once;
 use zonealloc::{Gfp, Order, Pfn};
 
-use crate::cpu::{self, MAX_CPUS};
+use crate::block::{self, Block, Via};
+use crate::consts::MAX_CPUS;
 use crate::exit::{exit, Exit};
-use crate::stress::{self, Block, Via};
-use crate::{apic, fatal_print, time, ALLOCATOR};
+use crate::serial::fatal_print;
+use crate::zones::ALLOCATOR;
+use crate::{apic, cpu, irq, time};
 
 /// Timer interrupts per second on each CPU.
 pub const TIMER_HZ: u32 = 1000;
@@ -104,6 +107,15 @@ pub static FINISHED: AtomicBool = AtomicBool::new(false);
 /// Set by the CPU whose tick fires the watchdog (one CPU only).
 static WATCHDOG_FIRED: AtomicBool = AtomicBool::new(false);
 
+/// What the watchdog prints of the run's progress before it ends the run (the
+/// stress's, `stress::print_progress_raw`, which lies above this handler).
+static PROGRESS_REPORT: Once<fn()> = Once::new();
+
+/// Sets what the watchdog prints of the run's progress (once, at boot).
+pub fn set_progress_report(report: fn()) {
+    PROGRESS_REPORT.call_once(|| report);
+}
+
 struct Ring(UnsafeCell<[Option<(Block, u64)>; RING_SLOTS]>);
 
 // SAFETY: ring `c` is only touched on CPU `c` with interrupts disabled (see the
@@ -122,7 +134,8 @@ pub fn pause_allocation() {
     ALLOCATION_ON.store(false, Ordering::Release);
 }
 
-/// The timer interrupt (interrupts disabled), which interrupted `rip`.
+/// The timer interrupt (interrupts disabled), which interrupted `rip`: the
+/// timer vector's handler (`interrupts::set_handlers`).
 pub fn on_tick(rip: u64, rflags: u64) {
     let cpu = cpu::this_cpu();
     let now = STATS[cpu].ticks.fetch_add(1, Ordering::Relaxed) + 1;
@@ -153,7 +166,7 @@ fn allocate_and_free(cpu: usize, now: u64) {
     for slot in ring.iter_mut() {
         if let Some((block, due)) = *slot {
             if due <= now {
-                stress::release(za, block, via);
+                block::release(za, block, via);
                 *slot = None;
                 if nolock {
                     stats.frees_nolock.fetch_add(1, Ordering::Relaxed);
@@ -180,9 +193,9 @@ fn allocate_and_free(cpu: usize, now: u64) {
             let block = Block {
                 pfn,
                 order,
-                tag: stress::tag(cpu, true, now),
+                tag: block::tag(cpu, true, now),
             };
-            stress::claim(&block, u64::MAX);
+            block::claim(&block, u64::MAX);
             *slot = Some((block, now + HOLD_TICKS));
             if nolock {
                 stats.allocs_nolock.fetch_add(1, Ordering::Relaxed);
@@ -207,14 +220,14 @@ pub fn drain_ring() {
     let Some(za) = ALLOCATOR.get() else {
         return;
     };
-    cpu::without_interrupts(|| {
+    irq::without_interrupts(|| {
         let cpu = cpu::this_cpu();
         let stats = &STATS[cpu];
         // SAFETY: this CPU's ring, with interrupts disabled (see `Ring`).
         let ring = unsafe { &mut *RINGS[cpu].0.get() };
         for slot in ring.iter_mut() {
             if let Some((block, _)) = slot.take() {
-                stress::release(za, block, Via::Locking);
+                block::release(za, block, Via::Locking);
                 stats.frees.fetch_add(1, Ordering::Relaxed);
                 stats
                     .held_pages
@@ -224,9 +237,12 @@ pub fn drain_ring() {
     });
 }
 
-/// Whether the watchdog has fired (the NMI handler asks).
-pub fn watchdog_fired() -> bool {
-    WATCHDOG_FIRED.load(Ordering::Acquire)
+/// The NMI's last step (`interrupts::set_handlers`), after its TLB and barrier
+/// services: if the watchdog has fired, this CPU says where it was and stops.
+pub fn on_nmi(rip: u64, rflags: u64) {
+    if WATCHDOG_FIRED.load(Ordering::Acquire) {
+        on_watchdog_nmi(rip, rflags);
+    }
 }
 
 /// Where a CPU was when the watchdog stopped it.
@@ -249,12 +265,14 @@ fn watchdog(cpu: usize, rip: u64, rflags: u64) -> ! {
             time::delay_us(50_000);
         }
     }
-    stress::print_progress_raw();
+    if let Some(report) = PROGRESS_REPORT.get() {
+        report();
+    }
     exit(Exit::Watchdog)
 }
 
 /// The watchdog's NMI on another CPU: report, then stop here for good.
-pub fn on_watchdog_nmi(rip: u64, rflags: u64) -> ! {
+fn on_watchdog_nmi(rip: u64, rflags: u64) -> ! {
     print_where(cpu::this_cpu(), rip, rflags);
     loop {
         x86_64::instructions::hlt();

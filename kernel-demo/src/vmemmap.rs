@@ -44,9 +44,8 @@ use core::ptr::NonNull;
 
 use spin::Mutex;
 
-use crate::bootmem::PAGE_BYTES;
+use crate::consts::{MAX_NODES, PAGE_BYTES};
 use crate::cpu;
-use crate::srat::MAX_NODES;
 
 /// The frame tables' address space: PML4 slot 468, where Linux's x86-64
 /// vmemmap lives too.

@@ -13,11 +13,18 @@
 
 use alloc::vec::Vec;
 
-use zonealloc::{Config, NodeConfig, Pfn, ZoneConfig, ZoneType, SECTION_FRAMES};
+use spin::Once;
+use zonealloc::{Config, NodeConfig, Pfn, ZoneAllocator, ZoneConfig, ZoneType, SECTION_FRAMES};
 
-use crate::bootmem::{BootMemory, PAGE_BYTES};
+use crate::bootmem::BootMemory;
+use crate::consts::PAGE_BYTES;
 use crate::cpu;
+use crate::serial::println;
 use crate::srat::Topology;
+
+/// The page allocator, once built from this configuration (before any CPU runs
+/// the stress).
+pub static ALLOCATOR: Once<ZoneAllocator> = Once::new();
 
 /// One past the last frame of ZONE_DMA (16 MiB).
 pub const DMA_END_PFN: u64 = (16 << 20) / PAGE_BYTES;
@@ -174,7 +181,7 @@ pub fn print(config: &Config) {
                 .filter(|&&(p, _)| z.start_pfn <= p && p < z.end_pfn())
                 .map(|&(_, n)| n)
                 .sum();
-            crate::println!(
+            println!(
                 "node {nid} zone {:<6} pfn [{:#x}, {:#x})  spanned {}  holes {} ({} frames)  present {}  reserved {}",
                 z.zone_type.name(),
                 z.start_pfn.0,
@@ -193,9 +200,8 @@ pub fn print(config: &Config) {
         .enumerate()
         .map(|(c, &n)| (c, n))
         .collect();
-    crate::println!(
+    println!(
         "cpu_to_node {:?}, node_distance {:?}",
-        cpus,
-        config.node_distance
+        cpus, config.node_distance
     );
 }
