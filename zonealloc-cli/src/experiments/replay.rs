@@ -563,8 +563,9 @@ fn pcp_figures(res: &mut ExperimentResult, prep: &Prepared, runs: &[PcpTotals], 
     let one = one.last().copied().unwrap_or_default();
     res.tables.push(single_table(
         "pcp-refill",
-        "per-CPU refills: blocks taken from the buddy lists to refill per-CPU lists (kernel: \
-         mm_page_alloc_zone_locked with percpu_refill=1; zonealloc: pcp_stats().refill_blocks)",
+        "per-CPU refills: blocks taken from the buddy lists to refill per-CPU lists, from a \
+         cold start (kernel: mm_page_alloc_zone_locked with percpu_refill=1; zonealloc: \
+         pcp_stats().refill_blocks; `zonealloc replay` starts warm, as the kernel was)",
         Metric::nearest(
             "blocks moved buddy -> per-CPU lists",
             "blocks",
@@ -581,9 +582,9 @@ fn pcp_figures(res: &mut ExperimentResult, prep: &Prepared, runs: &[PcpTotals], 
     ));
     res.tables.push(single_table(
         "pcp-drain",
-        "per-CPU drains: blocks flushed from per-CPU lists to the buddy lists (kernel: \
-         mm_page_pcpu_drain; zonealloc: pcp_stats().drain_blocks; ratio not meaningful when \
-         the kernel's count is 0)",
+        "per-CPU drains: blocks flushed from per-CPU lists to the buddy lists, from a cold \
+         start (kernel: mm_page_pcpu_drain; zonealloc: pcp_stats().drain_blocks; ratio not \
+         meaningful when the kernel's count is 0)",
         Metric::nearest(
             "blocks moved per-CPU lists -> buddy",
             "blocks",
