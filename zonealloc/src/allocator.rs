@@ -37,6 +37,10 @@ type Preferred = (usize, bool);
 
 /// A zoned buddy page allocator over the frames described by a `Config`.
 pub struct ZoneAllocator<B: Backend = AbstractFrames> {
+    /// This allocator's place in fork's registry (see `fork`); the first field,
+    /// so that it is dropped (unregistered) before anything it points at.
+    #[cfg(not(loom))]
+    _fork: crate::fork::Registration,
     pub(crate) config: Config,
     /// Every zone of every node, node by node, lowest zone type first.
     pub(crate) zones: Box<[Zone]>,
@@ -69,7 +73,8 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     pub(crate) single_node: bool,
     /// Every `LocalCache` holding blocks of its own (where `fast` is off), so that
     /// drains and the slow path reach what idle owners hold.
-    pub(crate) caches: crate::sync::Lock<Vec<alloc::sync::Weak<crate::local_state::CacheShared>>>,
+    pub(crate) caches:
+        Box<crate::sync::Lock<Vec<alloc::sync::Weak<crate::local_state::CacheShared>>>>,
     /// `min_free_kbytes` in force, and whether it was given (`Some`) rather than
     /// computed from the zone sizes (Linux's `user_min_free_kbytes`), which a
     /// resize after offlining or onlining recomputes.
@@ -78,17 +83,17 @@ pub struct ZoneAllocator<B: Backend = AbstractFrames> {
     pub(crate) backend: B,
     pub(crate) debug: DebugState,
     /// Compaction: per-zone scanner state, the migrator, tunables, counters.
-    pub(crate) compact: crate::compact_state::CompactState,
+    pub(crate) compact: Box<crate::compact_state::CompactState>,
     /// Free page reporting: the reporter and its counters (see `reporting`).
-    pub(crate) reporting: crate::reporting_state::ReportingState,
+    pub(crate) reporting: Box<crate::reporting_state::ReportingState>,
     /// Reclaim: the shrinkers, kswapd's wake-ups, the counters (see `shrinker`,
     /// `reclaim`).
-    pub(crate) reclaim: crate::shrinker::ReclaimState,
+    pub(crate) reclaim: Box<crate::shrinker::ReclaimState>,
     /// Contiguous memory areas (see `cma`).
     pub(crate) cma: crate::cma_state::CmaState,
     /// Memory arriving (`add_memory`), one call at a time. Process context
     /// only; no owner code runs under it.
-    pub(crate) hotplug: crate::sync::Lock<()>,
+    pub(crate) hotplug: Box<crate::sync::Lock<()>>,
 }
 
 impl ZoneAllocator<AbstractFrames> {
@@ -268,11 +273,35 @@ impl<B: Backend> ZoneAllocator<B> {
         let single_node = nr_nodes == 1 || config.cpu_to_node.iter().all(|&n| n == 0);
         let compact = crate::compact_state::CompactState::new(&zones);
         let cma = crate::cma_state::CmaState::new(&config.cma, &zones);
+        // The parts fork's handlers lock live on the heap, registered at
+        // their final addresses (moving the allocator does not move them).
+        let zones = zones.into_boxed_slice();
+        // Drains on an interrupt's slow path walk it.
+        let caches = Box::new(crate::sync::Lock::new(Vec::new(), platform));
+        let compact = Box::new(compact);
+        let reporting = Box::new(crate::reporting_state::ReportingState::new());
+        let reclaim = Box::new(crate::shrinker::ReclaimState::new(nr_nodes, platform));
+        let hotplug = Box::new(crate::sync::Lock::new((), None));
+        let debug = DebugState::new(debug, platform);
+        #[cfg(not(loom))]
+        let fork =
+            crate::fork::Registration::new(crate::fork::ForkPtrs::of(&crate::fork::ForkParts {
+                zones: &zones,
+                compact: &compact,
+                reporting: &reporting,
+                reclaim: &reclaim,
+                cma: &cma.areas,
+                hotplug: &hotplug,
+                caches: &caches,
+                bad_pages: &debug.bad_pages_lock,
+            }));
         let mut za = ZoneAllocator {
+            #[cfg(not(loom))]
+            _fork: fork,
             min_free_kbytes: core::sync::atomic::AtomicU64::new(0),
             min_free_kbytes_given: false,
             config,
-            zones: zones.into_boxed_slice(),
+            zones,
             lookup: lookup.into_boxed_slice(),
             zonelists,
             node_zones: node_zones.into_boxed_slice(),
@@ -282,19 +311,95 @@ impl<B: Backend> ZoneAllocator<B> {
             fast_alloc: core::sync::atomic::AtomicBool::new(fast),
             fast_zone,
             single_node,
-            // Drains on an interrupt's slow path walk it.
-            caches: crate::sync::Lock::new(Vec::new(), platform),
+            caches,
             backend,
-            debug: DebugState::new(debug, platform),
+            debug,
             compact,
-            reporting: crate::reporting_state::ReportingState::new(),
-            reclaim: crate::shrinker::ReclaimState::new(nr_nodes, platform),
+            reporting,
+            reclaim,
             cma,
-            hotplug: crate::sync::Lock::new((), None),
+            hotplug,
         };
         za.setup_watermarks(za.config.min_free_kbytes)?;
         za.debug.init_free_memory(&za.backend, &za.zones);
         Ok(za)
+    }
+
+    /// The parts fork's handlers lock and fix up.
+    #[cfg(not(loom))]
+    fn fork_parts(&self) -> crate::fork::ForkParts<'_> {
+        crate::fork::ForkParts {
+            zones: &self.zones,
+            compact: &self.compact,
+            reporting: &self.reporting,
+            reclaim: &self.reclaim,
+            cma: &self.cma.areas,
+            hotplug: &self.hotplug,
+            caches: &self.caches,
+            bad_pages: &self.debug.bad_pages_lock,
+        }
+    }
+
+    /// Makes the allocator ready to be copied by `fork()` (`pthread_atfork`'s
+    /// prepare handler): takes every lock a child could need, in the order the
+    /// allocator's own code nests them (hotplug, the reporting registration,
+    /// each CMA area's serialisation, each zone's compaction lock, the
+    /// `LocalCache` registry, the shrinkers, the migrator slot, then per zone
+    /// every CPU's per-CPU lists (stopping its per-CPU stacks) and the zone
+    /// lock, then the locks taken under those), and keeps them held. Calls in
+    /// other threads wait until [`postfork_parent`](Self::postfork_parent).
+    ///
+    /// With `std` on Unix every allocator is registered at construction and
+    /// one `pthread_atfork` registration runs this and the `postfork_*` calls
+    /// around every `fork()` of the process: do not call them yourself there
+    /// (the second prefork would wait for the first). They are for a host with
+    /// a fork of its own (`no_std`), which calls this before it copies the
+    /// address space, with interrupts that could call the allocator kept off
+    /// until the postfork call, and never from inside one of the allocator's
+    /// callbacks (a `Migrate`, `Shrinker` or `PageReporter`), whose caller holds
+    /// some of these locks.
+    #[cfg(not(loom))]
+    pub fn prefork(&self) {
+        self.fork_parts().prefork();
+    }
+
+    /// In the parent after `fork()`: releases what [`prefork`](Self::prefork)
+    /// took, in the reverse order, and lets the per-CPU stacks it stopped run
+    /// again.
+    ///
+    /// # Safety
+    /// `prefork` was called on this allocator by this thread, and neither
+    /// postfork call since.
+    #[cfg(not(loom))]
+    #[allow(unsafe_code)]
+    pub unsafe fn postfork_parent(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.fork_parts().postfork_parent() }
+    }
+
+    /// In the child after `fork()`, before anything else uses the allocator:
+    /// releases what [`prefork`](Self::prefork) took and gives back what
+    /// belonged to the parent's other threads, which do not exist in the child.
+    /// Per-CPU stacks' stop and busy marks are cleared; frees deferred by
+    /// `free_pages_nolock` are merged; a block caught between two states (frozen
+    /// by a free not yet on a list, or taken off a per-CPU list or stack by an
+    /// allocation not yet handed out) goes back to the buddy lists, once; a page
+    /// a multi-page free had claimed stays allocated; reporting, reclaim and
+    /// shrinker passes are counted out; kswapd's registration is cleared, so the
+    /// child may start its own worker ([`KswapdWorker`](crate::KswapdWorker)
+    /// and [`PageReportingWorker`](crate::PageReportingWorker) handles inherited
+    /// from the parent say they are not running). Blocks the other threads had
+    /// allocated stay allocated: the child holds no handle to free them.
+    ///
+    /// # Safety
+    /// `prefork` was called on this allocator in the parent by the thread that
+    /// then forked this process (the one calling this), and no postfork call
+    /// was made in this process since.
+    #[cfg(not(loom))]
+    #[allow(unsafe_code)]
+    pub unsafe fn postfork_child(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.fork_parts().postfork_child() }
     }
 
     /// Bytes of per-frame metadata backed by memory now: the sections of each

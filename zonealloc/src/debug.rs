@@ -49,7 +49,8 @@ pub struct BadPageReport {
 pub(crate) struct DebugState {
     cfg: DebugConfig,
     pub faults: Faults,
-    bad_pages: Lock<Vec<BadPageReport>>,
+    /// Boxed: fork's registry reaches it at a stable address (`fork`).
+    pub(crate) bad_pages_lock: alloc::boxed::Box<Lock<Vec<BadPageReport>>>,
 }
 
 impl DebugState {
@@ -67,13 +68,13 @@ impl DebugState {
         DebugState {
             cfg,
             faults: Faults::default(),
-            bad_pages: Lock::new(Vec::new(), irq),
+            bad_pages_lock: alloc::boxed::Box::new(Lock::new(Vec::new(), irq)),
         }
     }
 
     /// Blocks reported bad (and taken out of circulation) so far.
     pub(crate) fn bad_pages(&self) -> Vec<BadPageReport> {
-        self.bad_pages.lock().clone()
+        self.bad_pages_lock.lock().clone()
     }
 
     /// Brings the initially free memory of `zones` into the state the debug checks
@@ -126,7 +127,7 @@ impl DebugState {
         if d.poison || d.init_on_free {
             let expect = if d.init_on_free { 0 } else { PAGE_POISON };
             if let Some((offset, found)) = backend.find_mismatch(pfn, order.nr_pages(), expect) {
-                self.bad_pages.lock().push(BadPageReport {
+                self.bad_pages_lock.lock().push(BadPageReport {
                     pfn,
                     order,
                     offset,

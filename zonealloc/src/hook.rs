@@ -208,6 +208,9 @@ impl Drop for InReclaim<'_> {
 pub(crate) struct Background {
     stop: alloc::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The process that started the thread: in a child of `fork` the thread
+    /// does not exist, and is neither woken nor joined.
+    pid: u32,
 }
 
 #[cfg(all(feature = "std", not(loom)))]
@@ -226,7 +229,19 @@ impl Background {
         Ok(Background {
             stop,
             thread: Some(thread),
+            pid: std::process::id(),
         })
+    }
+
+    /// Whether the thread was started by this process (not a parent of a
+    /// `fork` child) and has not ended.
+    pub(crate) fn is_running(&self) -> bool {
+        self.spawned_here() && self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Whether this process started the thread (`false` in a `fork` child).
+    pub(crate) fn spawned_here(&self) -> bool {
+        self.pid == std::process::id()
     }
 
     /// The thread, to unpark.
@@ -240,6 +255,12 @@ impl Drop for Background {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
         if let Some(t) = self.thread.take() {
+            if !self.spawned_here() {
+                // A `fork` child's copy of the handle: its thread never
+                // existed here, and joining it would wait forever.
+                core::mem::forget(t);
+                return;
+            }
             t.thread().unpark();
             let _ = t.join();
         }

@@ -101,7 +101,8 @@
 //! own: `allocator` (the type, construction, zonelists, watermarks), `allocate`,
 //! `free`, `drain` and `fast`. What it owns for the layers above it lives below
 //! it (`compact_state`, `cma_state`, `reporting_state`, `local_state`,
-//! `stack_limits`), so it names nothing of them. The allocation slow path
+//! `stack_limits`, and `fork`, which reaches the others' locks), so it names
+//! nothing of them. The allocation slow path
 //! compacts directly (`__alloc_pages_direct_compact`) through a trait: `allocate`
 //! declares `DirectCompact` and `compaction` implements it. `buddy` and `isolate`
 //! add zone-lock-held methods to `zone`'s `ZoneLocked` guard, and `owned`,
@@ -119,7 +120,7 @@
 //! | `zone` | a zone: its lock, free lists, counters, watermark checks (and its per-CPU slots) |
 //! | `buddy`, `isolate` | split, merge, fallback, highatomic reserves, pageblock isolation (zone lock held) |
 //! | `pcp` | per-CPU lists: refill, flush, high auto-tuning (pcp lock, then zone lock) |
-//! | `debug`, `compact_state`, `cma_state`, `reporting_state`, `local_state`, `stack_limits` | what the allocator owns for the layers above it: poisoning, init-on-alloc/free, bad-page reports; what compaction keeps between runs; CMA areas; the page reporter and its counters; each `LocalCache`'s blocks; the per-CPU stacks' batches and limits |
+//! | `debug`, `compact_state`, `cma_state`, `reporting_state`, `local_state`, `stack_limits`, `fork` | what the allocator owns for the layers above it: poisoning, init-on-alloc/free, bad-page reports; what compaction keeps between runs; CMA areas; the page reporter and its counters; each `LocalCache`'s blocks; the per-CPU stacks' batches and limits; what `fork`'s handlers lock and fix up, and the registry of live allocators |
 //! | `allocator`, `allocate`, `free`, `drain`, `fast` | `ZoneAllocator`: nodes, zonelists, watermarks; `alloc_pages`; `free_pages` and references; drains; the per-CPU stacks' fast path |
 //! | `local`, `owned`, `contig`, `page_frag`, `reporting` | owner-local caches, guards (a cache's blocks too), contiguous and bulk paths, fragments, free page reporting |
 //! | `migrate`, `compaction` | moving a movable block through its owner; the two scanners, suitability, deferral, direct and proactive compaction |
@@ -160,6 +161,8 @@ mod drain;
 mod error;
 mod fast;
 mod fault;
+#[cfg(not(loom))]
+mod fork;
 mod fragindex;
 mod frame;
 mod free;

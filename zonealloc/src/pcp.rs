@@ -179,6 +179,10 @@ pub fn pcp_order_slot(order: Order, pageblock_order: Order) -> usize {
 pub(crate) struct PcpSlot {
     lock: TryLock<PerCpuPages>,
     pub stats: PcpStats,
+    /// Whether fork's `prefork` stopped this CPU's stacks when it took the
+    /// lock (pinned stacks may refuse), so that `postfork_parent` resumes
+    /// exactly what it stopped.
+    pub fork_stopped: crate::sync::AtomicBool,
 }
 
 /// Proof that a CPU's pcp lock is held.
@@ -239,6 +243,7 @@ impl PcpSlot {
                 drain_blocks_by_order: core::array::from_fn(|_| Counter::new()),
                 count: Counter::new(),
             },
+            fork_stopped: crate::sync::AtomicBool::new(false),
         }
     }
 }
@@ -282,6 +287,37 @@ impl PcpSlot {
             stopped: false,
             trylock: false,
         }
+    }
+}
+
+#[cfg(not(loom))]
+impl PcpSlot {
+    /// Releases this slot's lock, kept held by `PcpLocked::keep_locked`.
+    ///
+    /// # Safety
+    /// As `TryLock::force_unlock`.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn force_unlock(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.lock.force_unlock() }
+    }
+}
+
+#[cfg(not(loom))]
+impl PcpLocked<'_> {
+    /// Keeps the lock held, and the CPU's stacks stopped if this holder stopped
+    /// them, after the guard is gone (fork's `prefork`). Returns whether it had
+    /// stopped them.
+    #[allow(unsafe_code)]
+    pub(crate) fn keep_locked(self) -> bool {
+        let stopped = self.stopped;
+        let me = core::mem::ManuallyDrop::new(self);
+        // SAFETY: `me` is never dropped, so the guard read out here is the only
+        // owner of the lock's hold, and dropping nothing else of `me` skips the
+        // resume of its stacks.
+        let pcp = unsafe { core::ptr::read(&me.pcp) };
+        pcp.keep_locked();
+        stopped
     }
 }
 

@@ -371,6 +371,13 @@ impl KswapdWorker {
             })),
         })
     }
+
+    /// Whether the worker's thread runs: `false` once it has ended, and in the
+    /// child of a `fork` (which has no copy of it; the child's allocator has
+    /// forgotten it, so the child may `spawn` its own).
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| t.is_running())
+    }
 }
 
 /// kswapd's loop (`kswapd()` and `kswapd_try_to_sleep()`).
@@ -421,9 +428,11 @@ fn kswapd_loop<B: Backend>(
 #[cfg(all(feature = "std", not(loom)))]
 impl Drop for KswapdWorker {
     fn drop(&mut self) {
-        // Stopped and joined first, then the slot freed.
+        // Stopped and joined first, then the slot freed; in a `fork` child
+        // (no thread to join) the slot is the child's own, left alone.
+        let here = self.thread.as_ref().is_none_or(|t| t.spawned_here());
         drop(self.thread.take());
-        if let Some(r) = self.release.take() {
+        if let Some(r) = self.release.take().filter(|_| here) {
             r();
         }
     }

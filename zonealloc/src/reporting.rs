@@ -541,7 +541,7 @@ impl<B: Backend> ZoneAllocator<B> {
 /// thread) when dropped, or when the allocator is gone.
 #[cfg(all(feature = "std", not(loom)))]
 pub struct PageReportingWorker {
-    _thread: crate::hook::Background,
+    thread: crate::hook::Background,
 }
 
 #[cfg(all(feature = "std", not(loom)))]
@@ -568,6 +568,13 @@ impl PageReportingWorker {
                 let _ = za.report_free_pages();
             }
         })?;
-        Ok(PageReportingWorker { _thread: t })
+        Ok(PageReportingWorker { thread: t })
+    }
+
+    /// Whether the worker's thread runs: `false` once it has ended, and in the
+    /// child of a `fork` (which has no copy of it; the child may `spawn` its
+    /// own).
+    pub fn is_running(&self) -> bool {
+        self.thread.is_running()
     }
 }

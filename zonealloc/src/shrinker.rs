@@ -174,6 +174,41 @@ impl Shrinkers {
         }
     }
 
+    /// Takes the registry's lock and keeps it held (fork's `prefork`).
+    #[cfg(not(loom))]
+    pub(crate) fn lock_kept(&self) {
+        self.registry.lock_kept();
+    }
+
+    /// Releases the lock `lock_kept` took.
+    ///
+    /// # Safety
+    /// As `Lock::force_unlock`.
+    #[cfg(not(loom))]
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn force_unlock(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.registry.force_unlock() }
+    }
+
+    /// `Lock::reset_in_child` of the registry's lock.
+    ///
+    /// # Safety
+    /// As `Lock::reset_in_child`.
+    #[cfg(not(loom))]
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn reset_in_child(&self) {
+        // SAFETY: the caller's contract.
+        unsafe { self.registry.reset_in_child() }
+    }
+
+    /// In a `fork` child: no pass runs (the parent's ran on other threads), so
+    /// unregistered entries may be freed again.
+    #[cfg(not(loom))]
+    pub(crate) fn forget_running(&self) {
+        self.registry.lock().running = 0;
+    }
+
     /// Registers `s`. Set-up: allocates its entry (and may grow the registry).
     pub(crate) fn register(&self, s: Arc<dyn Shrinker>, cfg: ShrinkerConfig) -> ShrinkerId {
         let cfg = ShrinkerConfig {

@@ -397,6 +397,17 @@ impl Stacks {
         true
     }
 
+    /// In a `fork` child, whose only thread is the one that forked: clears
+    /// every CPU's `stopped` (the stoppers were other threads, or prefork) and
+    /// `busy` (a pinned section of another thread, which will never end).
+    #[cfg(not(loom))]
+    pub(crate) fn clear_after_fork(&self) {
+        for c in self.cpus.iter() {
+            c.busy.store(0, Ordering::Relaxed);
+            c.stopped.store(0, Ordering::Release);
+        }
+    }
+
     /// Lets CPU `cpu`'s pinned sections use its stacks again (when no other
     /// stopper holds them).
     pub(crate) fn resume_pinned(&self, cpu: usize) {

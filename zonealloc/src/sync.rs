@@ -127,6 +127,107 @@ impl<T> Lock<T> {
     }
 }
 
+/// Fork support (`fork`): a lock kept held past its guard, and released later by
+/// whoever took it that way. Not under loom, whose model has no `fork`.
+#[cfg(not(loom))]
+impl<T> LockGuard<'_, T> {
+    /// Keeps the lock held after this guard is gone: interrupts are restored now,
+    /// the lock stays taken until `Lock::force_unlock`.
+    pub(crate) fn keep_locked(self) {
+        let LockGuard { inner, _irq } = self;
+        core::mem::forget(inner);
+        drop(_irq);
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> Lock<T> {
+    /// Releases a lock kept held by `LockGuard::keep_locked`.
+    ///
+    /// # Safety
+    /// The lock is held through `keep_locked` (by this thread, or, in the child
+    /// of a `fork`, by the thread that forked), and no guard of it is live.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn force_unlock(&self) {
+        // SAFETY: the caller's contract: the lock is held and no guard will
+        // release it a second time.
+        unsafe { self.inner.force_unlock() }
+    }
+
+    /// In the child of a `fork`, releases a lock kept held by `keep_locked`
+    /// before the fork. Unlike `force_unlock`, never hands the lock over:
+    /// parking_lot's unlock may pass a lock straight to a thread parked on it
+    /// (its fairness), and in the child that thread does not exist. The lock's
+    /// state is set to "free, nobody parked".
+    ///
+    /// # Safety
+    /// As `force_unlock`, and the calling thread is the only one of its process.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn reset_in_child(&self) {
+        #[cfg(feature = "std")]
+        {
+            // parking_lot's raw mutex is one atomic byte (its state: locked and
+            // parked bits); a one-byte struct of one field has it at offset 0.
+            const _: () = assert!(core::mem::size_of::<parking_lot::RawMutex>() == 1);
+            // SAFETY: the raw mutex is only read through, as its state byte:
+            // the size check above makes that byte its one field, an atomic
+            // (so writing through a shared reference is allowed).
+            let state = unsafe {
+                &*(self.inner.raw() as *const parking_lot::RawMutex
+                    as *const core::sync::atomic::AtomicU8)
+            };
+            state.store(0, Ordering::Release);
+        }
+        #[cfg(not(feature = "std"))]
+        // SAFETY: the caller's contract; a spinning lock hands nothing over.
+        unsafe {
+            self.inner.force_unlock()
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> TryLockGuard<'_, T> {
+    /// Keeps the lock held after this guard is gone (as `LockGuard::keep_locked`).
+    pub(crate) fn keep_locked(self) {
+        let mut me = core::mem::ManuallyDrop::new(self);
+        // SAFETY: the guard is never dropped (`ManuallyDrop`), so its interrupt
+        // state is restored here once, and the lock stays held.
+        #[allow(unsafe_code)]
+        unsafe {
+            core::mem::ManuallyDrop::drop(&mut me.irq)
+        };
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> TryLock<T> {
+    /// Releases a lock kept held by `TryLockGuard::keep_locked`.
+    ///
+    /// # Safety
+    /// As `Lock::force_unlock`.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn force_unlock(&self) {
+        // Release: as a guard's drop.
+        self.locked.store(false, Ordering::Release);
+    }
+
+    /// Takes the lock, waiting for it, and keeps it held past any guard (fork's
+    /// `prefork`); `force_unlock` releases it.
+    pub(crate) fn lock_kept(&self) {
+        self.lock().keep_locked();
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> Lock<T> {
+    /// Takes the lock, waiting for it, and keeps it held past any guard (fork's
+    /// `prefork`); `force_unlock` releases it.
+    pub(crate) fn lock_kept(&self) {
+        self.lock().keep_locked();
+    }
+}
+
 /// A sequence counter: even when no write is in progress, odd during a write.
 ///
 /// Writers (always serialised by a `Lock`) call `write_begin`/`write_end` around a

@@ -517,6 +517,43 @@ impl Zone {
         Some(ZoneLocked { zone: self, area })
     }
 
+    /// Takes the zone lock and keeps it held past any guard, in a write section
+    /// of `seq` (fork's `prefork`); `fork_unlock` ends both.
+    #[cfg(not(loom))]
+    pub(crate) fn fork_lock(&self) {
+        self.free.lock().keep_locked();
+        self.seq.write_begin();
+    }
+
+    /// Ends the write section and releases the zone lock that `fork_lock` took.
+    ///
+    /// `child`: in the child of a `fork` (see `Lock::reset_in_child`).
+    ///
+    /// # Safety
+    /// `fork_lock` took it (in this process or the parent that forked it), and
+    /// it has not been released since.
+    #[cfg(not(loom))]
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn fork_unlock(&self, child: bool) {
+        self.seq.write_end();
+        // SAFETY: the caller's contract (and, in a child, its only thread).
+        unsafe {
+            if child {
+                self.free.reset_in_child()
+            } else {
+                self.free.force_unlock()
+            }
+        }
+    }
+
+    /// Sets the deferred pages' count to 0: in a `fork` child, once the
+    /// deferred list is merged, what is left counts frees of threads that do
+    /// not exist there (their blocks are given back by the child's fix-up).
+    #[cfg(not(loom))]
+    pub(crate) fn reset_deferred_pages(&self) {
+        self.deferred_pages.store(0, Ordering::Relaxed);
+    }
+
     /// Puts frozen block `idx` (its word `Frozen` with its order; the caller owns
     /// it) on the zone's list of frees that found the zone lock taken
     /// (`free_pages_nolock`), linked through the frames' `prev` links; the next
