@@ -62,6 +62,7 @@
 //! | memory back to the host or the OS | `register_page_reporting` (a `PageReporter`, or `Reporter::Backend`: `madvise` over an arena), `report_free_pages`, `PageReportingWorker`, `page_reporting_stats` | [`reporting`] |
 //! | per-CPU lists | `drain_local_pages`, `drain_cpu_pages`, `drain_all_pages`, `pcp_decay`, `nr_pcp_pages`, `current_cpu` | [`ZoneAllocator::drain_all_pages`] |
 //! | statistics | `buddyinfo`, `pagetypeinfo`, `zoneinfo`, `vmstat`, `free_counts`, `zone_events`, `pcp_stats`, `extfrag_index`, `unusable_index`, `watermarks`, `zones`, `frame_state`, `managed_pages`, `nr_free_pages` | [`ZoneAllocator::buddyinfo`], [`ZoneInfo`], [`VmStat`] |
+//! | fork | with `std` on Unix nothing (every allocator is registered with `pthread_atfork`); a host with its own fork: `prefork`, `postfork_parent`, `postfork_child`; `KswapdWorker::is_running`, `PageReportingWorker::is_running` | [`ZoneAllocator::prefork`], "Fork" below |
 //! | debugging | `check_invariants`, `state_digest`, `pagetypeinfo_walked`, `inject_faults`, `faults_injected`, `bad_page_reports` | [`ZoneAllocator::check_invariants`], [`InvariantReport`] |
 //!
 //! The modules with pages of their own are those a user reads about: [`arena`],
@@ -87,6 +88,40 @@
 //! the allocation slow path before `NoMemory`, `pcp_decay`, `nr_cached_pages`,
 //! and `alloc_contig_range`, `cma_alloc` and `offline_pages`), which gather the
 //! registered caches into a list first.
+//!
+//! # Fork
+//!
+//! With `std` on Unix every allocator is safe across `fork()` while other
+//! threads are inside it: each registers at construction (and unregisters when
+//! dropped) in a process-wide list that one `pthread_atfork` registration walks.
+//! Before the fork, [`ZoneAllocator::prefork`] takes every lock a child could
+//! need, in the order the allocator's own code nests them, so no section of
+//! another thread is half done in the copy; after it the parent releases them
+//! ([`ZoneAllocator::postfork_parent`]) and the child
+//! ([`ZoneAllocator::postfork_child`]) releases them and gives back the blocks
+//! that other threads held between two states (a free between its
+//! compare-and-swap and its list, an allocation between its pop and its
+//! return), clears the per-CPU stacks' stop and busy marks, and forgets the
+//! kswapd worker. What a child can rely on:
+//!
+//! * its allocator state is the parent's at the fork, whole: `check_invariants`
+//!   passes, and every block is free or allocated. Blocks the parent's other
+//!   threads had allocated stay allocated (nothing in the child can free them);
+//! * with an anonymous arena (the default) the pages are copy-on-write: the
+//!   child's are its own copies, and the two allocators are independent;
+//! * with a memfd arena (`ArenaOptions::memfd`) the pages are shared with the
+//!   parent: both allocators would hand out the same memory, so a child must
+//!   not allocate from such an arena (it may read what it inherited; `exec` or
+//!   `_exit` are the other ways out);
+//! * worker threads do not survive: [`KswapdWorker`] and
+//!   [`PageReportingWorker`] handles inherited by the child say
+//!   `is_running() == false`, dropping them joins nothing, and the child may
+//!   start its own;
+//! * `LocalCache`s that held blocks of their own (no per-CPU stacks) and were
+//!   in use by another thread at the fork are not fixed up: their blocks stay
+//!   theirs.
+//!
+//! Without `std`, a host that forks calls the three methods itself.
 //!
 //! # Layers, one module each, following the allocation path
 //!

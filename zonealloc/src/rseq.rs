@@ -123,8 +123,10 @@ const MEMBARRIER_CMD_FLAG_CPU: libc::c_uint = 1;
 /// `membarrier(PRIVATE_EXPEDITED_RSEQ)` on CPU `cpu`: every restartable sequence
 /// of this process running there now restarts. Falls back to every CPU (a CPU
 /// that is not online runs no sequence, and older kernels lack the CPU flag), then
-/// registers again and retries (a child of `fork` starts without the parent's
-/// registration). `false` if the kernel refuses all of them.
+/// registers again and retries (in case the registration is missing: the kernel
+/// keeps it across `fork`, and Linux 6.18 answers a child's
+/// `PRIVATE_EXPEDITED_RSEQ` without a new registration, but an older or other
+/// kernel may not). `false` if the kernel refuses all of them.
 fn restart_sequences(cpu: usize) -> bool {
     let membarrier = |cmd: libc::c_int, flags: libc::c_uint, cpu: libc::c_int| {
         // SAFETY: membarrier takes plain integers and touches no memory of ours.
