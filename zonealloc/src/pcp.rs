@@ -182,6 +182,7 @@ pub(crate) struct PcpSlot {
     /// Whether fork's `prefork` stopped this CPU's stacks when it took the
     /// lock (pinned stacks may refuse), so that `postfork_parent` resumes
     /// exactly what it stopped.
+    #[cfg(not(loom))]
     pub fork_stopped: crate::sync::AtomicBool,
 }
 
@@ -243,6 +244,7 @@ impl PcpSlot {
                 drain_blocks_by_order: core::array::from_fn(|_| Counter::new()),
                 count: Counter::new(),
             },
+            #[cfg(not(loom))]
             fork_stopped: crate::sync::AtomicBool::new(false),
         }
     }
