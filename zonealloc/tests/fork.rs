@@ -99,7 +99,13 @@ fn child_work(za: &ZoneAllocator) -> Result<(), String> {
     }
     let mine: u64 = held.iter().map(|&(_, o)| o.nr_pages()).sum();
     za.drain_all_pages();
-    let r = za.check_invariants().map_err(|v| format!("{v:?}"))?;
+    let r = za.check_invariants().map_err(|v| {
+        let p = v.pfn.map_or(0, |p| p.0);
+        let around: Vec<String> = (p.saturating_sub(16) & !15..(p & !15) + 16)
+            .map(|q| format!("{q:#x}:{:?}", za.frame_state(Pfn(q))))
+            .collect();
+        format!("{v:?} {around:?}")
+    })?;
     let managed = za.managed_pages();
     if r.allocated_pages + r.free_pages + r.pcp_pages + r.cached_pages != managed {
         return Err(format!("ledger: {r:?}, managed {managed}"));
