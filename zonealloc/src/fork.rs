@@ -238,6 +238,32 @@ fn give_back_orphans(z: &Zone) {
         zl.area.report.in_flight.clear();
         let t = z.frames.view();
         let n = z.frames.len() as u32;
+        // Blocks a thread took off the buddy lists under the zone lock and had
+        // not yet published when the process forked: their head still reads
+        // `Tail` (unlinking a free block makes it one), so no block covers
+        // them. Each such run of tails is marked frozen first, in the largest
+        // aligned chunks, before anything below merges (a merge makes tails of
+        // heads, which the walk must not take for such a run).
+        let mut i = 0u32;
+        while i < n {
+            let w = t.word(i);
+            match w.tag() {
+                Tag::Hole => i += 1,
+                Tag::Tail => {
+                    let mut q = i;
+                    while q < n && t.word(q) == Word::TAIL {
+                        q += 1;
+                    }
+                    for (pfn, order) in
+                        crate::zone::chunks(z.pfn_of(i), u64::from(q - i), z.max_order)
+                    {
+                        t.set_word(z.idx(pfn), Word::frozen(order));
+                    }
+                    i = q.max(i + 1);
+                }
+                _ => i += w.order().nr_pages() as u32,
+            }
+        }
         let mut i = 0u32;
         while i < n {
             let w = t.word(i);

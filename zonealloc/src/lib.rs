@@ -101,7 +101,7 @@
 //! ([`ZoneAllocator::postfork_child`]) releases them and gives back the blocks
 //! that other threads held between two states (a free between its
 //! compare-and-swap and its list, an allocation between its pop and its
-//! return), clears the per-CPU stacks' stop and busy marks, and forgets the
+//! return, a block taken off the buddy lists and not yet handed out), clears the per-CPU stacks' stop and busy marks, and forgets the
 //! kswapd worker. What a child can rely on:
 //!
 //! * its allocator state is the parent's at the fork, whole: `check_invariants`
@@ -119,7 +119,11 @@
 //!   start its own;
 //! * `LocalCache`s that held blocks of their own (no per-CPU stacks) and were
 //!   in use by another thread at the fork are not fixed up: their blocks stay
-//!   theirs.
+//!   theirs, and such a cache's lock may stay held in the child; an
+//!   `alloc_contig_range` under way at the fork leaves its pageblocks isolated
+//!   in the child; a fork from inside an owner's callback (a `Migrate`,
+//!   `Shrinker` or `PageReporter`) waits forever in `prefork` for the lock its
+//!   own thread holds.
 //!
 //! Without `std`, a host that forks calls the three methods itself.
 //!

@@ -80,8 +80,23 @@ fn wait_child(pid: libc::pid_t) -> Result<(), String> {
     }
 }
 
-/// What a child does: allocates and frees, drains, and checks the allocator.
+/// A violation with the states of the 32 frames around it.
+fn around(za: &ZoneAllocator, v: zonealloc::InvariantViolation) -> String {
+    let p = v.pfn.map_or(0, |p| p.0);
+    let frames: Vec<String> = (p.saturating_sub(16) & !15..(p & !15) + 16)
+        .map(|q| format!("{q:#x}:{:?}", za.frame_state(Pfn(q))))
+        .collect();
+    format!("{v:?} {frames:?}")
+}
+
+/// What a child does: checks the allocator as the fork left it, allocates and
+/// frees, drains, and checks it again.
 fn child_work(za: &ZoneAllocator) -> Result<(), String> {
+    // The allocator as the fork left it, before the child touches it: a block
+    // a parent thread held between two states shows here, not hidden by what
+    // the child does next.
+    za.check_invariants()
+        .map_err(|v| format!("at the fork: {}", around(za, v)))?;
     let mut rng = Rng::new(std::process::id() as u64);
     let mut held: Vec<(Pfn, Order)> = Vec::with_capacity(256);
     for _ in 0..2000 {
@@ -99,13 +114,7 @@ fn child_work(za: &ZoneAllocator) -> Result<(), String> {
     }
     let mine: u64 = held.iter().map(|&(_, o)| o.nr_pages()).sum();
     za.drain_all_pages();
-    let r = za.check_invariants().map_err(|v| {
-        let p = v.pfn.map_or(0, |p| p.0);
-        let around: Vec<String> = (p.saturating_sub(16) & !15..(p & !15) + 16)
-            .map(|q| format!("{q:#x}:{:?}", za.frame_state(Pfn(q))))
-            .collect();
-        format!("{v:?} {around:?}")
-    })?;
+    let r = za.check_invariants().map_err(|v| around(za, v))?;
     let managed = za.managed_pages();
     if r.allocated_pages + r.free_pages + r.pcp_pages + r.cached_pages != managed {
         return Err(format!("ledger: {r:?}, managed {managed}"));
