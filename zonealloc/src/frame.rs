@@ -699,7 +699,7 @@ impl FrameTable {
     ) -> Option<(NonNull<Line>, Storage)> {
         #[cfg(loom)]
         {
-            let _ = src;
+            let _ = (zone, src);
             let mut v = Vec::new();
             v.try_reserve_exact(nr_lines).ok()?;
             v.resize_with(nr_lines, || {
