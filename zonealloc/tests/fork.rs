@@ -80,6 +80,29 @@ fn wait_child(pid: libc::pid_t) -> Result<(), String> {
     }
 }
 
+/// One step of a random walk over `held`: allocates a block of one of
+/// `ORDERS` when `alloc` (a failed allocation is skipped), else frees a random
+/// held block, if any.
+fn step(
+    za: &ZoneAllocator,
+    rng: &mut Rng,
+    held: &mut Vec<(Pfn, Order)>,
+    alloc: bool,
+) -> Result<(), String> {
+    if alloc {
+        let o = Order(ORDERS[rng.below(ORDERS.len() as u64) as usize]);
+        if let Ok(p) = za.alloc_pages(Gfp::KERNEL, o) {
+            held.push((p, o));
+        }
+    } else if !held.is_empty() {
+        let k = rng.below(held.len() as u64) as usize;
+        let (p, o) = held.swap_remove(k);
+        za.free_pages(p, o)
+            .map_err(|e| format!("free {p:?}: {e:?}"))?;
+    }
+    Ok(())
+}
+
 /// A violation with the states of the 32 frames around it.
 fn around(za: &ZoneAllocator, v: zonealloc::InvariantViolation) -> String {
     let p = v.pfn.map_or(0, |p| p.0);
@@ -100,17 +123,8 @@ fn child_work(za: &ZoneAllocator) -> Result<(), String> {
     let mut rng = Rng::new(std::process::id() as u64);
     let mut held: Vec<(Pfn, Order)> = Vec::with_capacity(256);
     for _ in 0..2000 {
-        if held.len() < 200 && rng.below(3) != 0 {
-            let o = Order(ORDERS[rng.below(ORDERS.len() as u64) as usize]);
-            if let Ok(p) = za.alloc_pages(Gfp::KERNEL, o) {
-                held.push((p, o));
-            }
-        } else if !held.is_empty() {
-            let k = rng.below(held.len() as u64) as usize;
-            let (p, o) = held.swap_remove(k);
-            za.free_pages(p, o)
-                .map_err(|e| format!("free {p:?}: {e:?}"))?;
-        }
+        let alloc = held.len() < 200 && rng.below(3) != 0;
+        step(za, &mut rng, &mut held, alloc)?;
     }
     let mine: u64 = held.iter().map(|&(_, o)| o.nr_pages()).sum();
     za.drain_all_pages();
@@ -161,16 +175,8 @@ fn children_forked_under_load_find_a_whole_allocator() {
             let mut held: Vec<(Pfn, Order)> = Vec::with_capacity(512);
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                if held.len() < 400 && rng.below(2) == 0 {
-                    let o = Order(ORDERS[rng.below(ORDERS.len() as u64) as usize]);
-                    if let Ok(p) = za.alloc_pages(Gfp::KERNEL, o) {
-                        held.push((p, o));
-                    }
-                } else if !held.is_empty() {
-                    let k = rng.below(held.len() as u64) as usize;
-                    let (p, o) = held.swap_remove(k);
-                    za.free_pages(p, o).unwrap();
-                }
+                let alloc = held.len() < 400 && rng.below(2) == 0;
+                step(&za, &mut rng, &mut held, alloc).unwrap();
                 n += 1;
             }
             for (p, o) in held {

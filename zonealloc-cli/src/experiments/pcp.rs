@@ -543,38 +543,24 @@ fn flush(ctx: &mut Ctx, res: &mut ExperimentResult) {
 /// The platform of the pinned runs: threads that claim their CPU.
 static THREADS: LinuxThreads = LinuxThreads;
 
-/// How a pinned-run variant allocates and frees.
-#[derive(Clone, Copy)]
-enum PinnedHow {
-    /// `alloc_pages`/`free_pages` on the platform's allocator: its per-CPU lists.
-    Lists,
-    /// `alloc_pages_pinned`/`free_pages_pinned` with the claimed CPU's token.
-    Pinned,
-    /// `alloc_pages`/`free_pages` on an allocator with no platform: the
-    /// restartable sequences' stacks.
-    Rseq,
-}
-
 /// ns per order-0 pair, `n` pairs, on a thread that claimed CPU `cpu` (spawned
-/// for the run, so that no claim outlives it).
-fn pinned_pairs(za: &ZoneAllocator, how: PinnedHow, cpu: usize, n: u64) -> f64 {
+/// for the run, so that no claim outlives it): through the claimed CPU's pinned
+/// stacks (`alloc_pages_pinned`/`free_pages_pinned`) when `pinned`, else the
+/// hot pair's own calls (`hot_pairs`), whichever path the allocator gives them.
+fn pinned_pairs(za: &ZoneAllocator, pinned: bool, cpu: usize, n: u64) -> f64 {
     std::thread::scope(|s| {
         s.spawn(move || {
             let pin = LinuxThreads::pin(cpu).expect("the CPU was claimable when the run began");
+            if !pinned {
+                return hot_pairs(za, n);
+            }
             let t = Instant::now();
             for _ in 0..n {
-                let pfn = match how {
-                    PinnedHow::Pinned => za.alloc_pages_pinned(pin.token(), Gfp::KERNEL, Order(0)),
-                    PinnedHow::Lists | PinnedHow::Rseq => za.alloc_pages(Gfp::KERNEL, Order(0)),
-                }
-                .expect("the zone is nearly empty");
-                match how {
-                    PinnedHow::Pinned => {
-                        za.free_pages_pinned(pin.token(), black_box(pfn), Order(0))
-                    }
-                    PinnedHow::Lists | PinnedHow::Rseq => za.free_pages(black_box(pfn), Order(0)),
-                }
-                .expect("freeing the page just allocated");
+                let pfn = za
+                    .alloc_pages_pinned(pin.token(), Gfp::KERNEL, Order(0))
+                    .expect("the zone is nearly empty");
+                za.free_pages_pinned(pin.token(), black_box(pfn), Order(0))
+                    .expect("freeing the page just allocated");
             }
             secs_since(t) * 1e9 / n as f64
         })
@@ -615,16 +601,14 @@ fn pinned_pair(ctx: &mut Ctx, res: &mut ExperimentResult) {
     );
     let mut variants = vec![
         Variant::new("per-CPU lists (platform lock)", || {
-            pinned_pairs(&platform, PinnedHow::Lists, cpu, n)
+            pinned_pairs(&platform, false, cpu, n)
         }),
-        Variant::new("pinned stacks", || {
-            pinned_pairs(&platform, PinnedHow::Pinned, cpu, n)
-        }),
+        Variant::new("pinned stacks", || pinned_pairs(&platform, true, cpu, n)),
     ];
     let with_rseq = rseq.uses_cpu_stacks();
     if with_rseq {
         variants.push(Variant::new("rseq stacks (no platform)", || {
-            pinned_pairs(&rseq, PinnedHow::Rseq, cpu, n)
+            pinned_pairs(&rseq, false, cpu, n)
         }));
     }
     let s = ctx.compare("pinned hot order-0 pair", &mut variants);
